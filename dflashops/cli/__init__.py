@@ -1,0 +1,89 @@
+"""The ``dflashops`` command line: a lazy Click group over one short module per command.
+
+Only ``click`` is imported here, so ``dflashops --help`` stays fast; each command module imports
+the core it needs inside its function. A command is registered by one line in ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dflashops import __version__
+from dflashops.cli.context import AppContext
+
+# name -> "module:attribute"; listed in --help in this order
+COMMANDS: dict[str, str] = {
+    "inventory": "dflashops.cli.inventory:inventory",
+    "playbook": "dflashops.cli.playbook:playbook",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use, and which maps our errors to exit 1."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.lazy, *sorted(super().list_commands(ctx))]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attr = target.partition(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from dflashops.errors import DflashopsError
+
+        try:
+            return super().invoke(ctx)
+        except DflashopsError as exc:
+            app = ctx.find_object(AppContext)
+            if app is not None and app.debug:
+                raise
+            click.echo(f"error: {exc.one_line()}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="dflashops")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option(
+    "-i",
+    "--inventory",
+    "inventory_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="DFLASHOPS_INVENTORY",
+    show_envvar=True,
+    help="Inventory YAML. Default: ./inventory.yaml, else the lab's inventory once `lab up` ran.",
+)
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, inventory_path: Path | None) -> None:
+    """Provision GPU containers on Proxmox, launch vLLM/SGLang with speculative decoding,
+    benchmark it and tune num_speculative_tokens.
+
+    \b
+    Exit codes: 0 ok, 1 operation failed, 2 usage or invalid input,
+                3 drafter check found warnings, 4 drafter check found errors.
+    """
+    ctx.obj = AppContext(debug=debug, inventory_path=inventory_path)
+    if debug:
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="dflashops")

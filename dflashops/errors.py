@@ -1,0 +1,158 @@
+"""The one exception tree of dflashops.
+
+Every failure a user can cause or meet is a ``DflashopsError``. The CLI turns it into one line on
+stderr and exit code 1 (``--debug`` shows the traceback). Subclasses carry the context an operator
+needs to act: the file and key, the host and command, the PVE status, the log tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class DflashopsError(Exception):
+    """Root of every error dflashops raises on purpose."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The message as the CLI prints it: one line, with a hint when there is one."""
+        text = " ".join(self.message.split())
+        return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+class ConfigError(DflashopsError):
+    """A YAML document (inventory, playbook) is broken, has an unknown key or a wrong value."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = source or "<input>"
+        if line is not None:
+            where = f"{where}:{line}"
+        if key:
+            where = f"{where}:{key}"
+        super().__init__(f"{where}: {message}", hint=hint)
+        self.source = source
+        self.line = line
+        self.key = key
+        self.reason = message
+
+
+class InventoryError(ConfigError):
+    """The inventory is invalid or names something it does not define."""
+
+
+class PlaybookError(ConfigError):
+    """The playbook is invalid, or a ``--set`` override does not fit it."""
+
+
+class SecretError(DflashopsError):
+    """A secret named by env var or file could not be read (never carries the value)."""
+
+
+class UnknownNameError(InventoryError, KeyError):
+    """A command named a container, node or cluster the inventory does not define."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.message
+
+
+class RemoteError(DflashopsError):
+    """Something failed on a remote host (connection, transfer, deadline)."""
+
+    def __init__(self, message: str, *, host: str, hint: str | None = None) -> None:
+        super().__init__(f"{host}: {message}", hint=hint)
+        self.host = host
+
+
+class RemoteCommandError(RemoteError):
+    """A remote command exited non-zero where success was required."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        command: str,
+        exit_code: int | None,
+        stderr: str = "",
+        stdout: str = "",
+        hint: str | None = None,
+    ) -> None:
+        tail = tail_lines(stderr or stdout, 5)
+        detail = f"`{command}` exited {exit_code}"
+        if tail:
+            detail += f": {tail}"
+        super().__init__(detail, host=host, hint=hint)
+        self.command = command
+        self.exit_code = exit_code
+        self.stderr = stderr
+        self.stdout = stdout
+
+
+class ProxmoxError(DflashopsError):
+    """The PVE API refused a call or a PVE task failed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        errors: dict[str, str] | None = None,
+        task_log: Sequence[str] = (),
+        hint: str | None = None,
+    ) -> None:
+        text = f"PVE {status}: {message}" if status else f"PVE: {message}"
+        if errors:
+            text += " (" + "; ".join(f"{k}: {v}" for k, v in sorted(errors.items())) + ")"
+        if task_log:
+            text += " | task log: " + " / ".join(task_log[-3:])
+        super().__init__(text, hint=hint)
+        self.status = status
+        self.errors = dict(errors or {})
+        self.task_log = list(task_log)
+
+
+class DrafterError(DflashopsError):
+    """A drafter or target directory cannot be read or validated."""
+
+
+class TemplateRenderError(DflashopsError):
+    """A launch template failed to render (a missing value, never silently empty)."""
+
+
+class ServerError(DflashopsError):
+    """The inference server failed to start, died, or never became ready."""
+
+    def __init__(
+        self, message: str, *, log_tail: Sequence[str] = (), hint: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.log_tail = list(log_tail)
+
+
+class BenchmarkError(DflashopsError):
+    """A benchmark could not run or produced no usable result."""
+
+
+class ParseError(DflashopsError):
+    """A log or metrics text could not be parsed."""
+
+
+class LabError(DflashopsError):
+    """The local lab could not be started, queried or torn down."""
+
+
+def tail_lines(text: str, n: int) -> str:
+    """The last ``n`` non-empty lines of ``text`` joined with `` / `` (for one-line messages)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " / ".join(lines[-n:])

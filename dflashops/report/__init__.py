@@ -1,0 +1,1 @@
+"""Rendering results for people: rich tables, comparisons and PNG plots."""
