@@ -13,6 +13,9 @@ from collections.abc import Sequence
 class DflashopsError(Exception):
     """Root of every error dflashops raises on purpose."""
 
+    #: the CLI's exit status for this error (DESIGN.md: 1 failed, 2 usage or invalid input)
+    cli_exit_code = 1
+
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
@@ -26,6 +29,8 @@ class DflashopsError(Exception):
 
 class ConfigError(DflashopsError):
     """A YAML document (inventory, playbook) is broken, has an unknown key or a wrong value."""
+
+    cli_exit_code = 2  # invalid input, like Click's own usage errors
 
     def __init__(
         self,

@@ -52,7 +52,10 @@ def load_yaml_file(path: Path, error_cls: type[ConfigError] = ConfigError) -> Ya
 
 def parse_yaml(text: str, source: str, error_cls: type[ConfigError] = ConfigError) -> YamlDoc:
     """Parse one YAML document, keeping line numbers; an empty document is an empty mapping."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:  # the reader rejects control characters up front
+        raise error_cls(f"invalid YAML: {_reason(exc)}", source=source) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -66,10 +69,14 @@ def parse_yaml(text: str, source: str, error_cls: type[ConfigError] = ConfigErro
         reason = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         raise error_cls(f"invalid YAML: {reason}", source=source, line=line) from None
     except yaml.YAMLError as exc:
-        raise error_cls(f"invalid YAML: {exc}", source=source) from None
+        raise error_cls(f"invalid YAML: {_reason(exc)}", source=source) from None
     finally:
         loader.dispose()
     return YamlDoc(data, source, lines)
+
+
+def _reason(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:200]
 
 
 def _scalar_key(node: yaml.Node) -> str | int:
@@ -123,10 +130,14 @@ def dotted(loc: Sequence[str | int]) -> str:
     return out
 
 
-def first_error(exc: ValidationError) -> tuple[Loc, str]:
-    """The first pydantic error as (location, readable reason), dropping union/tagged noise."""
+def first_error(exc: ValidationError, data: Any = None) -> tuple[Loc, str]:
+    """The first pydantic error as (location in ``data``, readable reason).
+
+    pydantic puts union member names ("TokenAuth", "function-after[...]") into locations; parts
+    that are not keys of the data on the way down are dropped, so the location is a real key path.
+    """
     err = exc.errors(include_url=False)[0]
-    loc = tuple(part for part in err["loc"] if not _is_model_tag(part))
+    loc = _data_path(tuple(err["loc"]), data)
     msg = str(err["msg"])
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
@@ -138,11 +149,27 @@ def first_error(exc: ValidationError) -> tuple[Loc, str]:
     return loc, msg
 
 
+def _data_path(loc: Loc, data: Any) -> Loc:
+    out: list[str | int] = []
+    node = data
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if isinstance(node, dict):
+            if part in node:
+                out.append(part)
+                node = node[part]
+            elif last:
+                out.append(part)  # an unknown or missing key: name it
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+        elif node is None and last and not _is_model_tag(part):
+            out.append(part)
+    return tuple(out)
+
+
 def _is_model_tag(part: str | int) -> bool:
-    # pydantic inserts union member names ("function-after[...]", "str", "int") into locations
-    return isinstance(part, str) and (
-        "[" in part or part in {"str", "int", "float", "bool", "list", "dict"}
-    )
+    return isinstance(part, str) and ("[" in part or part[:1].isupper())
 
 
 def _short_repr(value: Any) -> str:
@@ -163,7 +190,7 @@ def validate_doc(
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        loc, reason = first_error(exc)
+        loc, reason = first_error(exc, data)
         full = (*base, *loc)
         raise error_cls(
             reason, source=doc.source, line=doc.line_of(full), key=dotted(full) or None

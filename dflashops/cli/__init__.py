@@ -53,7 +53,7 @@ class LazyGroup(click.Group):
             if app is not None and app.debug:
                 raise
             click.echo(f"error: {exc.one_line()}", err=True)
-            ctx.exit(1)
+            ctx.exit(exc.cli_exit_code)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,8 +74,9 @@ def cli(ctx: click.Context, debug: bool, inventory_path: Path | None) -> None:
     benchmark it and tune num_speculative_tokens.
 
     \b
-    Exit codes: 0 ok, 1 operation failed, 2 usage or invalid input,
-                3 drafter check found warnings, 4 drafter check found errors.
+    Exit codes: 0 ok, 1 operation failed, 2 usage or invalid input
+                (including inventory/playbook errors), 3 drafter check found
+                warnings only, 4 drafter check found errors.
     """
     ctx.obj = AppContext(debug=debug, inventory_path=inventory_path)
     if debug:

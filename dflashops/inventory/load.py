@@ -142,7 +142,7 @@ def _merge_container(
     try:
         return Container.model_validate(merged)
     except ValidationError as exc:
-        loc, reason = first_error(exc)
+        loc, reason = first_error(exc, merged)
         base = origin.get(str(loc[0])) if loc else ("containers", name)
         if base is None:
             raise InventoryError(reason, source="--set", key=f"{name}.{dotted(loc)}") from None
@@ -164,27 +164,22 @@ def _default_placement(
 ) -> None:
     """Fill ``cluster``/``node`` when there is only one choice; check they exist otherwise."""
     loc: Loc = ("containers", name)
-    where = {"source": doc.source, "line": doc.line_of(loc)}
+
+    def error(reason: str, key: str) -> InventoryError:
+        return InventoryError(
+            reason, source=doc.source, line=doc.line_of((*loc, key)), key=f"{dotted(loc)}.{key}"
+        )
+
     if merged.get("cluster") is None:
         if len(parsed.clusters) != 1:
-            raise InventoryError(
-                "cluster is required when the inventory has several", key="cluster", **where
-            )
+            raise error("cluster is required when the inventory has several", "cluster")
         merged["cluster"] = next(iter(parsed.clusters))
     cluster = parsed.clusters.get(str(merged["cluster"]))
     if cluster is None:
-        raise InventoryError(
-            f"unknown cluster {merged['cluster']!r}", key=f"{dotted(loc)}.cluster", **where
-        )
+        raise error(f"unknown cluster {merged['cluster']!r}", "cluster")
     if merged.get("node") is None:
         if len(cluster.nodes) != 1:
-            raise InventoryError(
-                "node is required when the cluster has several", key="node", **where
-            )
+            raise error("node is required when the cluster has several", "node")
         merged["node"] = next(iter(cluster.nodes))
     if merged["node"] not in cluster.nodes:
-        raise InventoryError(
-            f"unknown node {merged['node']!r} in cluster {merged['cluster']!r}",
-            key=f"{dotted(loc)}.node",
-            **where,
-        )
+        raise error(f"unknown node {merged['node']!r} in cluster {merged['cluster']!r}", "node")

@@ -15,8 +15,10 @@ from typing import Annotated, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     HttpUrl,
+    Tag,
     field_validator,
 )
 
@@ -61,6 +63,19 @@ class PasswordAuth(Strict):
     password: SecretRef
 
 
+def _auth_kind(value: object) -> str:
+    """Pick the auth model by its keys, so errors speak of the one the user meant."""
+    if isinstance(value, dict):
+        return "token" if {"token_name", "token_secret"} & value.keys() else "password"
+    return "token" if isinstance(value, TokenAuth) else "password"
+
+
+Auth = Annotated[
+    Annotated[TokenAuth, Tag("token")] | Annotated[PasswordAuth, Tag("password")],
+    Discriminator(_auth_kind),
+]
+
+
 class Node(Strict):
     """One PVE node: its name in PVE and SSH access for host facts and ``pct``."""
 
@@ -75,7 +90,7 @@ class Cluster(Strict):
     verify_tls: bool = True
     ca_file: Path | None = None
     timeout_s: float = Field(30.0, gt=0, description="per API call; proxmoxer's default is 5 s")
-    auth: TokenAuth | PasswordAuth
+    auth: Auth
     nodes: dict[Name, Node] = Field(min_length=1)
 
     @field_validator("api_url")

@@ -1,0 +1,1 @@
+"""Inventory: where things run (PVE clusters, nodes, containers)."""

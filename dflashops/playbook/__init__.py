@@ -1,0 +1,1 @@
+"""Playbooks: what runs (model, drafter, engine, server args, bench and tune settings)."""

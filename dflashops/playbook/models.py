@@ -1,0 +1,160 @@
+"""The playbook schema: what to serve, with which drafter and engine, and how to measure it.
+
+A playbook is deployment intent, independent of where it runs (the inventory says where). It pins
+the engine version exactly, because DFlash behaviour changes between vLLM releases.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Method = Literal["dflash", "mtp", "eagle3", "ngram", "draft_model", "none"]
+EngineName = Literal["vllm", "sglang"]
+# methods whose draft weights live in a separate checkpoint
+DRAFT_CHECKPOINT_METHODS = frozenset({"dflash", "eagle3", "draft_model"})
+ENV_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSource(Strict):
+    """Where weights come from: a path in the container (mounted from the host) or a download."""
+
+    path: Path = Field(description="directory inside the container")
+    repo: str | None = Field(None, description="hub repo id, for download and provenance")
+    revision: str | None = None
+    source: Literal["mount", "download"] = "mount"
+    token_env: ENV_NAME | None = Field(None, description="env var holding the download token")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        if not value.is_absolute():
+            raise ValueError("must be an absolute path inside the container")
+        return value
+
+    @model_validator(mode="after")
+    def _download_needs_repo(self) -> ModelSource:
+        if self.source == "download" and not self.repo:
+            raise ValueError("source: download needs repo")
+        return self
+
+
+class TargetModel(ModelSource):
+    served_name: str | None = Field(None, description="name clients use; default: the dir name")
+
+
+class Drafter(Strict):
+    """The speculative method and, for checkpoint-based methods, the drafter weights."""
+
+    method: Method = "none"
+    model: ModelSource | None = None
+    ref: str | None = Field(None, description="registry entry to validate against")
+    prompt_lookup_min: int | None = Field(None, ge=1, description="ngram only")
+    prompt_lookup_max: int | None = Field(None, ge=1, description="ngram only")
+
+    @model_validator(mode="after")
+    def _model_when_needed(self) -> Drafter:
+        if self.method in DRAFT_CHECKPOINT_METHODS and self.model is None:
+            raise ValueError(f"method {self.method} needs drafter.model")
+        if self.method in {"none", "ngram", "mtp"} and self.model is not None:
+            raise ValueError(f"method {self.method} takes no drafter.model")
+        lookup = (self.prompt_lookup_min, self.prompt_lookup_max)
+        if self.method != "ngram" and any(v is not None for v in lookup):
+            raise ValueError("prompt_lookup_min/max apply to method ngram only")
+        return self
+
+
+class Engine(Strict):
+    """The inference engine, pinned to an exact release."""
+
+    name: EngineName = "vllm"
+    version: str
+
+    @field_validator("version")
+    @classmethod
+    def _exact(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+|rc\d+)?", value):
+            raise ValueError("pin an exact release such as 0.34.0")
+        return value
+
+    @property
+    def version_tuple(self) -> tuple[int, int, int]:
+        major, minor, patch = re.findall(r"\d+", self.version)[:3]
+        return int(major), int(minor), int(patch)
+
+
+class Server(Strict):
+    """Engine arguments dflashops renders into the launch files."""
+
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    host: str = "0.0.0.0"
+    port: int = Field(30000, ge=1, le=65535)
+    api_key_env: ENV_NAME | None = Field(None, description="env var holding the API key")
+    max_model_len: int | None = Field(None, ge=16)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    num_speculative_tokens: int | None = Field(None, ge=1, le=64)
+    attention_backend: str | None = None
+    enforce_eager: bool = False
+    extra_args: list[str] = []
+    env: dict[ENV_NAME, str] = {}
+
+
+class Bench(Strict):
+    """The default benchmark workload for ``bench`` and ``tune``."""
+
+    workload: str = "smoke"
+    concurrency: list[Annotated[int, Field(ge=1, le=4096)]] = [1]
+    requests: int = Field(8, ge=1)
+    warmup_requests: int = Field(1, ge=0)
+    max_tokens: int = Field(2000, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    ignore_eos: bool = True
+    thinking: bool | None = Field(None, description="chat-template thinking mode; None = default")
+
+
+class Tune(Strict):
+    k_min: int = Field(1, ge=1)
+    k_max: int = Field(15, ge=1)
+    budget: int = Field(4, ge=2, description="launches the live tuner may spend")
+
+    @model_validator(mode="after")
+    def _range(self) -> Tune:
+        if self.k_min > self.k_max:
+            raise ValueError("k_min must not exceed k_max")
+        return self
+
+
+class Playbook(Strict):
+    """One deployment: model, drafter, engine, server args, bench workload, tune range."""
+
+    version: Literal[1] = 1
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    container: str | None = Field(None, description="default inventory container")
+    model: TargetModel
+    drafter: Drafter = Drafter()
+    engine: Engine
+    server: Server = Server()
+    bench: Bench = Bench()
+    tune: Tune = Tune()
+
+    @model_validator(mode="after")
+    def _speculation_consistent(self) -> Playbook:
+        k = self.server.num_speculative_tokens
+        if self.drafter.method == "none" and k is not None:
+            raise ValueError("server.num_speculative_tokens needs a drafter.method other than none")
+        if self.drafter.method != "none" and k is None:
+            raise ValueError(f"method {self.drafter.method} needs server.num_speculative_tokens")
+        if self.engine.name == "sglang" and self.drafter.method == "draft_model":
+            raise ValueError("SGLang has no draft_model method in dflashops; use vllm")
+        return self
+
+    @property
+    def served_name(self) -> str:
+        return self.model.served_name or self.model.path.name

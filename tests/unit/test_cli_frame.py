@@ -1,0 +1,118 @@
+"""The CLI frame: exit codes, one-line errors, --json purity, fast --help, layering."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from dflashops import __version__
+from dflashops.cli import COMMANDS, cli
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = str(REPO / "inventory" / "example.yaml")
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert __version__ in result.output
+
+
+def test_every_registered_command_loads_and_has_help() -> None:
+    runner = CliRunner()
+    for name in COMMANDS:
+        result = runner.invoke(cli, [name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert "Usage:" in result.output
+
+
+def test_inventory_show_json_is_one_document_with_secrets_redacted() -> None:
+    result = CliRunner().invoke(
+        cli, ["-i", EXAMPLE, "inventory", "show", "--json"], env={"PVE_PASSWORD": "topsecret"}
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    auth = data["clusters"]["home"]["auth"]
+    assert auth["password"] == {"env": "PVE_PASSWORD", "file": None}
+    assert "topsecret" not in result.stdout
+    assert data["containers"]["qwen36"]["vmid"] == 129
+
+
+def test_inventory_from_env_var_and_table() -> None:
+    result = CliRunner().invoke(cli, ["inventory", "show"], env={"DFLASHOPS_INVENTORY": EXAMPLE})
+    assert result.exit_code == 0, result.output
+    assert "qwen36" in result.output
+
+
+def test_config_error_is_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nclusters: {}\n")
+    result = CliRunner().invoke(cli, ["-i", str(bad), "inventory", "show"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: {bad}:2:clusters:")
+    assert "Traceback" not in result.output
+
+
+def test_missing_secret_exit_2_names_key() -> None:
+    result = CliRunner().invoke(
+        cli, ["-i", EXAMPLE, "inventory", "check"], env={"PVE_PASSWORD": ""}
+    )
+    assert result.exit_code == 2
+    assert ":16:clusters.home.auth.password: environment variable PVE_PASSWORD" in result.stderr
+
+
+def test_debug_shows_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 2\n")
+    result = CliRunner().invoke(cli, ["--debug", "-i", str(bad), "inventory", "show"])
+    assert result.exit_code == 1
+    assert result.exception is not None
+    assert type(result.exception).__name__ == "InventoryError"
+
+
+def test_no_inventory_hint(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("DFLASHOPS_INVENTORY", raising=False)
+    result = CliRunner().invoke(cli, ["inventory", "show"])
+    assert result.exit_code == 2
+    assert "dflashops lab up" in result.stderr
+
+
+HEAVY = ("proxmoxer", "fabric", "paramiko", "httpx", "pydantic", "yaml", "rich", "jinja2", "torch")
+
+
+def test_help_imports_nothing_heavy() -> None:
+    """`dflashops --help` must stay fast: it may import click and our frame, nothing heavy."""
+    code = (
+        "import sys; from dflashops.cli import cli; "
+        "cli(['--help'], standalone_mode=False); print(sorted(sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout
+    loaded = {name.split(".")[0] for name in json.loads(out.splitlines()[-1].replace("'", '"'))}
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)
+
+
+def test_only_cli_imports_click() -> None:
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "dflashops").rglob("*.py")
+        if "cli" not in path.relative_to(REPO / "dflashops").parts
+        and any(
+            line.startswith(("import click", "from click"))
+            for line in path.read_text().splitlines()
+        )
+    ]
+    assert offenders == []
