@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(openssh-server openssh-client iproute2 lxc busybox-static)
+APT_PACKAGES=(openssh-server openssh-client iproute2 util-linux tzdata lxc busybox-static)
 
 if [ "$(id -u)" = 0 ]; then
   missing=()

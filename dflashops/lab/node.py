@@ -1,0 +1,200 @@
+"""The lab's PVE node host: what ``provision`` probes over SSH on a real Proxmox node, faked.
+
+The node host is a network-namespace host with its own sshd (see :mod:`dflashops.lab.hosts`) and
+a private mount namespace in which:
+
+- ``/usr/local/sbin`` holds ``pveversion``, ``nvidia-smi`` and ``pct`` that answer like the real
+  tools (version, driver and GPUs come from :class:`NodeSpec`);
+- ``/dev`` is a private tmpfs with the usual nodes plus ``/dev/nvidia*`` made with ``mknod``
+  (major 195 for GPUs and ``nvidiactl``; a "dynamic" major for ``nvidia-uvm``, which can be left
+  out to reproduce the failure PVE reports at container start);
+- ``/etc/pve`` is the directory the PVE API double reads and writes, so raw ``lxc.*`` lines
+  written over SSH show up in the API's ``config`` and digest;
+- ``/sys/fs/cgroup`` is a cgroup2 mount when the spec says the host runs cgroup v2.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+NVIDIA_MAJOR = 195
+UVM_MAJOR = 511  # dynamically allocated on real hosts; any free major will do here
+
+
+@dataclass(frozen=True)
+class FakeGpu:
+    name: str = "NVIDIA RTX A6000"
+    memory_mib: int = 49140
+    bus_id: str = "00000000:01:00.0"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What the fake node reports. Defaults mirror the reference host (PVE 9, 2x RTX A6000)."""
+
+    pve_version: str = "9.1.2"
+    kernel: str = "6.14.11-4-pve"
+    driver_version: str = "580.95.05"
+    cuda_version: str = "13.0"
+    gpus: tuple[FakeGpu, ...] = field(
+        default_factory=lambda: (
+            FakeGpu(bus_id="00000000:01:00.0"),
+            FakeGpu(bus_id="00000000:02:00.0"),
+        )
+    )
+    cgroup: Literal["v1", "v2"] = "v2"
+    with_uvm: bool = True
+    with_modeset: bool = True
+
+    def device_nodes(self) -> list[tuple[str, int, int]]:
+        """(name under /dev, major, minor) for every NVIDIA node the host has."""
+        nodes = [(f"nvidia{i}", NVIDIA_MAJOR, i) for i in range(len(self.gpus))]
+        nodes.append(("nvidiactl", NVIDIA_MAJOR, 255))
+        if self.with_modeset:
+            nodes.append(("nvidia-modeset", NVIDIA_MAJOR, 254))
+        if self.with_uvm:
+            nodes += [("nvidia-uvm", UVM_MAJOR, 0), ("nvidia-uvm-tools", UVM_MAJOR, 1)]
+        return nodes
+
+
+PVEVERSION = """#!/bin/sh
+# fake pveversion (dflashops lab)
+if [ "$1" = "-v" ]; then
+  echo "proxmox-ve: {pve} (running kernel: {kernel})"
+  echo "pve-manager: {pve} (running version: {pve}/lab)"
+  echo "pve-container: 6.0.9"
+else
+  echo "pve-manager/{pve}/lab (running kernel: {kernel})"
+fi
+"""
+
+NVIDIA_SMI = r"""#!/usr/bin/env python3
+# fake nvidia-smi (dflashops lab): answers -L, --query-gpu=...--format=csv and the plain table
+import json, sys
+spec = json.load(open({spec_path!r}))
+gpus = spec["gpus"]
+args = sys.argv[1:]
+fields = {{"index": lambda i, g: str(i), "name": lambda i, g: g["name"],
+          "driver_version": lambda i, g: spec["driver_version"],
+          "memory.total": lambda i, g: f"{{g['memory_mib']}} MiB",
+          "memory.used": lambda i, g: "1 MiB",
+          "pci.bus_id": lambda i, g: g["bus_id"],
+          "uuid": lambda i, g: f"GPU-00000000-0000-0000-0000-00000000000{{i}}"}}
+if "-L" in args:
+    for i, g in enumerate(gpus):
+        print(f"GPU {{i}}: {{g['name']}} (UUID: GPU-00000000-0000-0000-0000-00000000000{{i}})")
+    sys.exit(0)
+query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
+if query:
+    noheader = any("noheader" in a for a in args)
+    nounits = any("nounits" in a for a in args)
+    keys = [k.strip() for k in query.split(",")]
+    bad = [k for k in keys if k not in fields]
+    if bad:
+        print(f'Field "{{bad[0]}}" is not a valid field to query.', file=sys.stderr)
+        sys.exit(2)
+    if not noheader:
+        print(", ".join(keys))
+    for i, g in enumerate(gpus):
+        row = [fields[k](i, g) for k in keys]
+        if nounits:
+            row = [v.replace(" MiB", "") for v in row]
+        print(", ".join(row))
+    sys.exit(0)
+print("+---------------------------------------------------------------------------------------+")
+print(f"| NVIDIA-SMI {{spec['driver_version']}}   Driver Version: {{spec['driver_version']}}"
+      f"   CUDA Version: {{spec['cuda_version']}}  |")
+for i, g in enumerate(gpus):
+    print(f"|   {{i}}  {{g['name']}}  {{g['bus_id']}}  1MiB / {{g['memory_mib']}}MiB |")
+"""
+
+# pct set <vmid> -devN <value> | --devN <value> : edits the config file as pct does on a node
+PCT = r"""#!/usr/bin/env python3
+# fake pct (dflashops lab): supports `pct set VMID -devN VALUE ...` and `pct config VMID`
+import os, re, sys
+args = sys.argv[1:]
+if len(args) < 2 or args[0] not in ("set", "config"):
+    print("usage: pct set <vmid> -devN <value> ... | pct config <vmid>", file=sys.stderr)
+    sys.exit(255)
+vmid = args[1]
+path = f"/etc/pve/lxc/{vmid}.conf"
+if not os.path.exists(path):
+    print(f"Configuration file 'nodes/lab/lxc/{vmid}.conf' does not exist", file=sys.stderr)
+    sys.exit(2)
+text = open(path).read()
+head, sep, snaps = text.partition("\n[")
+if args[0] == "config":
+    sys.stdout.write(head if head.endswith("\n") else head + "\n")
+    sys.exit(0)
+lines = head.splitlines()
+pairs = args[2:]
+if len(pairs) % 2:
+    print("400 not enough arguments", file=sys.stderr)
+    sys.exit(255)
+for key, value in zip(pairs[::2], pairs[1::2]):
+    key = key.lstrip("-")
+    if not re.fullmatch(r"dev\d+", key):
+        print(f"fake pct: only devN is supported, not {key}", file=sys.stderr)
+        sys.exit(255)
+    dev = value.split(",")[0].removeprefix("path=")
+    if not os.path.exists(dev):
+        print(f"Device {dev} does not exist", file=sys.stderr)
+        sys.exit(255)
+    lines = [l for l in lines if not l.startswith(key + ":")]
+    lines.append(f"{key}: {value}")
+body = "\n".join(lines) + "\n" + (sep + snaps if sep else "")
+tmp = path + ".tmp"
+open(tmp, "w").write(body)
+os.replace(tmp, path)
+"""
+
+
+def render_node_root(state_dir: Path, spec: NodeSpec) -> Path:
+    """Write the fake tools under ``state_dir/node`` and return that directory."""
+    root = state_dir / "node"
+    sbin = root / "sbin"
+    sbin.mkdir(parents=True, exist_ok=True)
+    (root / "etc-pve" / "lxc").mkdir(parents=True, exist_ok=True)
+    spec_path = root / "spec.json"
+    spec_path.write_text(json.dumps(asdict(spec), indent=2))
+    tools = {
+        "pveversion": PVEVERSION.format(pve=spec.pve_version, kernel=spec.kernel),
+        "nvidia-smi": NVIDIA_SMI.format(spec_path=str(spec_path)),
+        "pct": PCT,
+    }
+    for name, text in tools.items():
+        path = sbin / name
+        path.write_text(text)
+        path.chmod(0o755)
+    return root
+
+
+def node_setup_script(root: Path, spec: NodeSpec) -> str:
+    """Shell run inside the node's private mount namespace before its sshd starts."""
+    q = shlex.quote
+    lines = [
+        "set -e",
+        f"mount --bind {q(str(root / 'sbin'))} /usr/local/sbin",
+        "mkdir -p /etc/pve",
+        f"mount --bind {q(str(root / 'etc-pve'))} /etc/pve",
+        # a private /dev: the real one stays reachable for the basic nodes we copy in
+        f"mkdir -p {q(str(root / 'realdev'))}",
+        f"mount --rbind /dev {q(str(root / 'realdev'))}",
+        "mount -t tmpfs -o mode=0755 devtmp /dev",
+        "for d in null zero full random urandom tty; do touch /dev/$d; "
+        f"mount --bind {q(str(root / 'realdev'))}/$d /dev/$d; done",
+        "mkdir -p /dev/pts /dev/shm",
+        f"mount --rbind {q(str(root / 'realdev'))}/pts /dev/pts",
+        "ln -sf pts/ptmx /dev/ptmx",
+        "mount -t tmpfs -o mode=1777 shm /dev/shm",
+        "mkdir -p /dev/nvidia-caps",
+    ]
+    for name, major, minor in spec.device_nodes():
+        lines.append(f"mknod -m 0666 /dev/{name} c {major} {minor}")
+    if spec.cgroup == "v2":
+        lines.append("mount -t cgroup2 none /sys/fs/cgroup")
+    return "\n".join(lines) + "\n"

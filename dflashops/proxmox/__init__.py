@@ -1,0 +1,1 @@
+"""Proxmox VE: the API client facade, host facts and the container plan."""
