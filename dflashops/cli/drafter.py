@@ -1,0 +1,156 @@
+"""``dflashops drafter``: check a DFlash drafter config and compare it with a reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dflashops.cli.context import dump_json
+
+_REGISTRY = click.option(
+    "--registry",
+    "registry_paths",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Extra reference entry file or folder of entries (repeatable).",
+)
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+
+
+def _engine(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """``vllm==X`` / ``sglang==X`` -> ``EngineSpec``; a bad one is a usage error (exit 2)."""
+    if value is None:
+        return None
+    from dflashops.drafter.engine import parse_engine
+    from dflashops.errors import DrafterError
+
+    try:
+        return parse_engine(value)
+    except DrafterError as exc:
+        raise click.BadParameter(exc.one_line(), ctx=ctx, param=param) from exc
+
+
+@click.group()
+def drafter() -> None:
+    """Validate DFlash drafter configs offline (exit 0 clean, 3 warnings, 4 errors)."""
+
+
+@drafter.command("check")
+@click.argument("drafter_location", metavar="DRAFTER")
+@click.option("--target", "target_location", metavar="T", help="Target model dir or NAME:PATH.")
+@click.option("--ref", metavar="REF", help="Reference entry name or file (default: matched).")
+@click.option(
+    "--engine",
+    metavar="ENGINE==VERSION",
+    callback=_engine,
+    help="Engine to run on: vllm==0.26.0 or sglang==0.5.11.",
+)
+@click.option(
+    "--k",
+    "--num-speculative-tokens",
+    "k",
+    type=click.IntRange(min=1),
+    help="num_speculative_tokens the server will use (checked against block_size - 1).",
+)
+@_REGISTRY
+@_JSON
+@click.pass_context
+def check(
+    ctx: click.Context,
+    *,
+    drafter_location: str,
+    target_location: str | None,
+    ref: str | None,
+    engine: Any,
+    k: int | None,
+    registry_paths: tuple[Path, ...],
+    as_json: bool,
+) -> None:
+    """Check DRAFTER (a dir or NAME:PATH): config, tokenizer ids and safetensors header against
+    the target, a reference drafter and the engine version."""
+    from dflashops.drafter.check import check_paths
+    from dflashops.drafter.report import DrafterCheckReport
+
+    run = check_paths(
+        drafter_location,
+        target=target_location,
+        ref=ref,
+        engine=engine,
+        k=k,
+        registry_paths=registry_paths,
+    )
+    report = DrafterCheckReport.from_run(run)
+    if as_json:
+        click.echo(dump_json(report.model_dump(mode="json")))
+    else:
+        from rich.console import Console
+
+        from dflashops.drafter.view import check_view
+
+        Console().print(check_view(report))
+    ctx.exit(report.exit_code)
+
+
+@drafter.command("diff")
+@click.argument("drafter_location", metavar="DRAFTER")
+@click.option(
+    "--against",
+    required=True,
+    metavar="REF|FILE",
+    help="Reference entry name, entry file, or another config (file or dir).",
+)
+@_REGISTRY
+@_JSON
+def diff(
+    *, drafter_location: str, against: str, registry_paths: tuple[Path, ...], as_json: bool
+) -> None:
+    """Show DRAFTER's config key by key (dotted) where it differs from REF or FILE."""
+    from dflashops.drafter.check import diff_paths
+    from dflashops.drafter.report import DrafterDiffReport
+
+    report = DrafterDiffReport.from_run(diff_paths(drafter_location, against, registry_paths))
+    if as_json:
+        click.echo(dump_json(report.model_dump(mode="json")))
+        return
+    from rich.console import Console
+
+    from dflashops.drafter.view import diff_view
+
+    Console().print(diff_view(report))
+
+
+@drafter.command("refs")
+@_REGISTRY
+@_JSON
+def refs(*, registry_paths: tuple[Path, ...], as_json: bool) -> None:
+    """List the reference drafters and which of their values are certain."""
+    from dflashops.drafter.registry import load_registry
+
+    registry = load_registry(registry_paths)
+    rows: list[dict[str, Any]] = [
+        {
+            "name": e.name,
+            "target": e.target.name,
+            "certain": [k.path for k in e.keys if k.certain],
+            "not_certain": [k.path for k in e.keys if not k.certain],
+            "provenance": e.provenance,
+            "file": e.file,
+        }
+        for e in registry.entries
+    ]
+    if as_json:
+        click.echo(dump_json(rows))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Reference drafters", show_lines=True)
+    for column in ("name", "target", "certain keys", "not certain"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(
+            row["name"], row["target"], "\n".join(row["certain"]), "\n".join(row["not_certain"])
+        )
+    Console().print(table)

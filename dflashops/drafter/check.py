@@ -1,0 +1,85 @@
+"""From command-line locations to a result: read, match a reference, validate (or diff).
+
+Standard library only, so the server preflight can run exactly what ``drafter check`` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from dflashops.drafter.diff import DiffLine, diff_against_entry, diff_configs
+from dflashops.drafter.engine import EngineSpec
+from dflashops.drafter.files import (
+    CONFIG_FILE,
+    DrafterFiles,
+    TargetFiles,
+    read_drafter,
+    read_json_object,
+    read_target,
+)
+from dflashops.drafter.registry import Match, load_registry, parse_entry
+from dflashops.drafter.result import CheckResult
+from dflashops.drafter.validate import validate_drafter
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """Everything one check looked at, and its result."""
+
+    drafter: DrafterFiles
+    target: TargetFiles | None
+    match: Match | None
+    engine: EngineSpec | None
+    k: int | None
+    result: CheckResult
+
+
+def check_paths(
+    drafter: str,
+    *,
+    target: str | None = None,
+    ref: str | None = None,
+    engine: EngineSpec | None = None,
+    k: int | None = None,
+    registry_paths: Iterable[Path] = (),
+) -> CheckRun:
+    """``drafter check``: ``ref`` (a name or entry file) wins; otherwise the drafter is matched
+    to a registry entry by name, path or weights fingerprint, and unmatched drafters are checked
+    without one. Unreadable inputs raise ``DrafterError``."""
+    registry = load_registry(registry_paths)
+    files = read_drafter(drafter)
+    target_files = read_target(target) if target else None
+    match = Match(registry.resolve(ref), "ref", f"--ref {ref}") if ref else registry.match(files)
+    result = validate_drafter(
+        files, target_files, match.entry if match else None, engine=engine, k=k
+    )
+    return CheckRun(files, target_files, match, engine, k, result)
+
+
+@dataclass(frozen=True)
+class DiffRun:
+    drafter: DrafterFiles
+    against: str
+    kind: Literal["registry", "file"]
+    lines: list[DiffLine]
+
+
+def diff_paths(drafter: str, against: str, registry_paths: Iterable[Path] = ()) -> DiffRun:
+    """``drafter diff``: against a registry name, an entry file, or another config (file or
+    directory)."""
+    files = read_drafter(drafter)
+    registry = load_registry(registry_paths)
+    entry = registry.find(against)
+    if entry is not None:
+        return DiffRun(files, entry.name, "registry", diff_against_entry(files.config, entry))
+    path = Path(against).expanduser()
+    if path.is_dir():
+        path = path / CONFIG_FILE
+    other = read_json_object(path, "config")
+    if "schema" in other and "keys" in other:
+        entry = parse_entry(other, str(path))
+        return DiffRun(files, str(path), "registry", diff_against_entry(files.config, entry))
+    return DiffRun(files, str(path), "file", diff_configs(files.config, other))

@@ -1,0 +1,114 @@
+"""The mask token: present, inside both vocabularies, and a reserved id of the target tokenizer."""
+
+from __future__ import annotations
+
+from dflashops.drafter.context import CheckContext
+from dflashops.drafter.keys import first_present, is_int, json_equal, show
+
+MASK_KEY = "dflash_config.mask_token_id"
+# vLLM falls back to these when dflash_config.mask_token_id is absent (llm_base_proposer.py).
+MASK_FALLBACKS = ("pard_token", "ptd_token_id")
+
+_RESERVED = (
+    "DFlash mask tokens are reserved ids that text never produces: an id that is ordinary text "
+    "is almost surely a guess (the drafter learned its mask embedding from a reserved id), and "
+    "real occurrences in the prompt would read as masks."
+)
+
+
+def check_mask_token(
+    ctx: CheckContext, dflash_ok: bool, vocab: int | None, t_vocab: int | None, t_vocab_from: str
+) -> None:
+    hit = first_present(ctx.cfg, (MASK_KEY, *MASK_FALLBACKS))
+    if hit is None:
+        if dflash_ok:
+            ctx.add(
+                "error",
+                MASK_KEY,
+                "the drafter's mask token id",
+                "(missing)",
+                "vLLM refuses to start without a mask token id, and z-lab's code has nothing to "
+                "embed in the masked slots.",
+                check="config",
+            )
+        return
+    key, value = hit
+    if key != MASK_KEY:
+        ctx.add(
+            "warning",
+            MASK_KEY,
+            f"{MASK_KEY} (vLLM also reads {key})",
+            f"only {key}",
+            f"vLLM falls back to {key}, but z-lab's code reads only {MASK_KEY}.",
+            check="config",
+        )
+    if not is_int(value) or value < 0:
+        ctx.add("error", key, "a token id", show(value), "Not a token id.", check="config")
+        return
+    for size, label in ((vocab, "drafter vocab_size"), (t_vocab, t_vocab_from)):
+        if size is not None and value >= size:
+            ctx.add(
+                "error",
+                key,
+                f"an id below {size} ({label})",
+                str(value),
+                "Every masked slot is embedded as this id; an id outside the vocabulary fails "
+                "the embedding lookup.",
+                check="config",
+            )
+            return
+    _check_kind(ctx, key, int(value))
+
+
+def _check_kind(ctx: CheckContext, key: str, token_id: int) -> None:
+    tokenizer, whose = ctx.tokenizer()
+    expected = f"a special (reserved) token of the {whose or 'target tokenizer'}"
+    if tokenizer is None:
+        ctx.add(
+            "info",
+            key,
+            expected,
+            str(token_id),
+            "No tokenizer files next to the target (or drafter): not verified that the mask "
+            "token is a reserved id.",
+            check="tokenizer",
+        )
+        return
+    kind = tokenizer.classify(token_id)
+    if kind == "special":
+        return
+    if kind == "added":
+        content = show(tokenizer.added[token_id].content)
+        found = f"{token_id} = {content}, an added token not marked special"
+        ctx.add("warning", key, expected, found, _RESERVED, check="tokenizer")
+    elif kind == "ordinary":
+        found = f"{token_id}, ordinary text"
+        ctx.add("error", key, expected, found, _RESERVED, check="tokenizer")
+    elif kind == "unused":
+        confirmed = ctx.ref is not None and any(
+            v.path == MASK_KEY and json_equal(v.value, token_id) for v in ctx.ref.keys
+        )
+        why = (
+            "An embedding row no text produces: plausible for a mask (z-lab's Qwen3-8B drafter "
+            "uses 151669, one past Qwen3's tokens) but the tokenizer cannot confirm it; check "
+            "the drafter's card."
+        )
+        if confirmed and ctx.ref is not None:
+            why += f" {ctx.ref.name} uses this id."
+        ctx.add(
+            "info" if confirmed else "warning",
+            key,
+            expected,
+            f"{token_id}, past the tokenizer's last id ({tokenizer.size - 1})",
+            why,
+            check="tokenizer",
+        )
+    else:
+        ctx.add(
+            "info",
+            key,
+            expected,
+            f"{token_id}, not in the {whose}'s files",
+            "Could not classify the id from the tokenizer files.",
+            check="tokenizer",
+        )

@@ -1,0 +1,128 @@
+"""The config against the checkpoint's safetensors header: fc width, layer count, shapes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from dflashops.drafter.context import CheckContext, TargetFacts
+from dflashops.drafter.keys import get_path, show
+from dflashops.drafter.safetensors import TensorInfo
+
+_LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
+
+
+def check_weights(
+    ctx: CheckContext,
+    layers: int | None,
+    hidden: int | None,
+    ids: list[int] | None,
+    facts: TargetFacts,
+) -> None:
+    weights = ctx.drafter.weights
+    if weights is None:
+        ctx.add(
+            "info",
+            "weights",
+            "model.safetensors (or shards) next to config.json",
+            "(none)",
+            "Without the safetensors header the fc width, layer count and shapes are not "
+            "checked against the config.",
+            check="weights",
+        )
+        return
+    tensors = weights.tensors
+    if get_path(ctx.cfg, "dflash_config.use_aux_hidden_state") is not False:
+        _check_fc(ctx, tensors, hidden, ids, facts)
+    found = {int(m.group(1)) for name in tensors if (m := _LAYER.match(name))}
+    if found and layers is not None and max(found) + 1 != layers:
+        ctx.add(
+            "error",
+            "num_hidden_layers",
+            f"{max(found) + 1} (layers in the checkpoint)",
+            str(layers),
+            "The config and the weights disagree on the number of drafter layers: missing "
+            "layers stay random, extra ones are dropped.",
+            check="weights",
+        )
+    _check_projections(ctx, tensors)
+
+
+def _check_fc(
+    ctx: CheckContext,
+    tensors: Mapping[str, TensorInfo],
+    hidden: int | None,
+    ids: list[int] | None,
+    facts: TargetFacts,
+) -> None:
+    fc = tensors.get("fc.weight") or next(
+        (t for name, t in tensors.items() if name.endswith(".fc.weight")), None
+    )
+    if fc is None or len(fc.shape) != 2:
+        ctx.add(
+            "error",
+            "fc.weight",
+            "[hidden_size, len(target_layer_ids) × target hidden]",
+            "(missing)" if fc is None else show(list(fc.shape)),
+            "DFlash projects the concatenated target hidden states through fc; a checkpoint "
+            "without a 2-D fc.weight is not a DFlash drafter.",
+            check="weights",
+        )
+        return
+    rows, cols = fc.shape
+    if hidden is not None and rows != hidden:
+        ctx.add(
+            "error",
+            "fc.weight",
+            f"[{hidden}, …] (hidden_size)",
+            show(list(fc.shape)),
+            "fc projects into the drafter's hidden size; the config names another.",
+            check="weights",
+        )
+    width = facts.hidden
+    if ids is None or width is None or cols == len(ids) * width:
+        return
+    trained = (
+        f" these weights were trained on {cols // width} target layers;"
+        if cols % width == 0
+        else ""
+    )
+    ctx.add(
+        "error",
+        "fc.weight",
+        f"[…, {len(ids) * width}] = {len(ids)} ids × {width} ({facts.hidden_from})",
+        show(list(fc.shape)),
+        f"fc's width fixes how many target layers the checkpoint reads:{trained} vLLM 0.34 "
+        "refuses ('DFlash drafter expects N concatenated aux hidden features'), older versions "
+        "fail or draft garbage.",
+        check="weights",
+    )
+
+
+def _check_projections(ctx: CheckContext, tensors: Mapping[str, TensorInfo]) -> None:
+    """Head counts and MLP width from layer 0's projections (every layer has the same)."""
+
+    def rows(name: str) -> int | None:
+        t = tensors.get(name) or tensors.get(f"model.{name}")
+        return t.shape[0] if t is not None and len(t.shape) == 2 else None
+
+    head_dim = ctx.config_int_quiet("head_dim")
+    checks = (
+        ("num_attention_heads", "layers.0.self_attn.q_proj.weight", head_dim),
+        ("num_key_value_heads", "layers.0.self_attn.k_proj.weight", head_dim),
+        ("intermediate_size", "layers.0.mlp.gate_proj.weight", 1),
+    )
+    for key, tensor, factor in checks:
+        have, count = rows(tensor), ctx.config_int_quiet(key)
+        if have is None or count is None or factor is None or have == count * factor:
+            continue
+        times = "" if factor == 1 else f" × head_dim {factor}"
+        ctx.add(
+            "error",
+            key,
+            f"{have / factor:g}{times} = {have} rows of {tensor}",
+            f"{count}{times}",
+            "The config does not describe these weights: loading fails on shapes, or the layers "
+            "run with the wrong geometry.",
+            check="weights",
+        )

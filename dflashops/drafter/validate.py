@@ -1,0 +1,85 @@
+"""``validate_drafter``: every way a DFlash drafter config can silently ruin acceptance.
+
+A pure function over files already read (:mod:`dflashops.drafter.files`), standard library only:
+the bundled server preflight (``dflashops/server/entry.py``) calls it inside an engine venv, where
+dflashops must not depend on pydantic, click or rich. The result is plain dataclasses
+(:mod:`dflashops.drafter.result`); the CLI wraps them in a pydantic report.
+
+The rules come from z-lab's ``dflash/model.py`` and vLLM's ``qwen3_dflash.py`` as summarised in
+``reference/vllm-dflash.md`` §1-2 and ``reference/vllm-cpu-feasibility.md`` §4:
+
+- ``target_layer_ids`` are 0-based target layers whose *outputs* the drafter reads; ``fc`` takes
+  their concatenation, so ``len(ids) * target_hidden`` is the width of ``fc.weight``.
+- ``layer_types[i] == "sliding_attention"`` makes layer ``i`` causal with a window; anything else
+  is non-causal full attention (vLLM >= 0.25).
+- Every masked draft slot is embedded as ``dflash_config.mask_token_id``.
+- The drafter predicts ``block_size - 1`` tokens per step.
+
+Each rule lives in one ``checks_*`` module; this one fixes their order and what they share.
+"""
+
+from __future__ import annotations
+
+from dflashops.drafter.checks_config import (
+    check_architecture,
+    check_block_size,
+    check_dflash_config,
+    check_layer_types,
+)
+from dflashops.drafter.checks_mask import check_mask_token
+from dflashops.drafter.checks_registry import check_registry
+from dflashops.drafter.checks_target import check_pairing, check_target_layer_ids
+from dflashops.drafter.checks_weights import check_weights
+from dflashops.drafter.context import CheckContext, target_facts
+from dflashops.drafter.engine import EngineSpec, engine_findings
+from dflashops.drafter.files import DrafterFiles, TargetFiles
+from dflashops.drafter.registry import RegistryEntry
+from dflashops.drafter.result import CheckResult, merge_by_key
+
+
+def validate_drafter(
+    drafter: DrafterFiles,
+    target: TargetFiles | None = None,
+    ref: RegistryEntry | None = None,
+    engine: EngineSpec | None = None,
+    k: int | None = None,
+) -> CheckResult:
+    """Check ``drafter`` alone, against its ``target``, a reference entry and an engine version.
+
+    ``k`` is the ``num_speculative_tokens`` the server will run with. Never raises for bad
+    values: every problem becomes a finding (one per key, most severe first)."""
+    ctx = CheckContext(drafter=drafter, target=target, ref=ref, k=k)
+    check_architecture(ctx)
+    layers = ctx.config_int(
+        "num_hidden_layers",
+        missing="error",
+        why_missing="Without it transformers' Qwen3Config builds its default 32 layers, not "
+        "the checkpoint's.",
+    )
+    hidden = ctx.config_int(
+        "hidden_size",
+        missing="error",
+        why_missing="Without it transformers' Qwen3Config assumes 4096; the drafter must match "
+        "the target's hidden size.",
+    )
+    vocab = ctx.config_int(
+        "vocab_size",
+        missing="error",
+        why_missing="Without it transformers' Qwen3Config assumes 151936; the drafter must use "
+        "the target's vocabulary.",
+    )
+    shape = check_layer_types(ctx, layers)
+    dflash_ok = check_dflash_config(ctx)
+    facts = target_facts(ctx, hidden)
+    ids = check_target_layer_ids(ctx, facts, dflash_ok, layers)
+    check_pairing(ctx, facts, hidden, vocab)
+    check_mask_token(ctx, dflash_ok, vocab, facts.vocab, facts.vocab_from)
+    check_block_size(ctx)
+    check_weights(ctx, layers, hidden, ids, facts)
+    if ref is not None:
+        check_registry(ctx, ref, shape)
+    env: dict[str, str] = {}
+    if engine is not None:
+        found, env = engine_findings(engine, shape)
+        ctx.findings.extend(found)
+    return CheckResult.of(merge_by_key(ctx.findings), env)
