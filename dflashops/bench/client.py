@@ -1,0 +1,356 @@
+"""An async streaming client for OpenAI-compatible servers (vLLM, SGLang): one request, one record.
+
+Every request streams with ``stream_options.include_usage``: output (and prompt) token counts come
+from the server's final ``usage`` chunk, never from counting chunks — under speculative decoding
+one chunk carries several tokens. A stream without usage is a failed request, not a guess.
+
+Timing (``time.perf_counter``, from just before the request is sent):
+
+- TTFT: the first chunk whose choice carries generated text (``content``, ``reasoning_content``,
+  ``reasoning`` or ``text``). vLLM's chat stream opens with a role-only chunk sent with the first
+  token; counting it, as ``vllm bench serve`` does, would add a near-zero ITL sample.
+- ITL: the gaps between consecutive text-carrying chunks.
+- E2EL: the last chunk that has choices (the trailing usage-only chunk is not generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from dflashops.bench.models import RequestRecord
+from dflashops.bench.stats import tpot_ms
+from dflashops.bench.workload import PromptSpec
+from dflashops.errors import BenchmarkError
+
+if TYPE_CHECKING:
+    import httpx
+
+Api = Literal["chat", "completions"]
+API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+# Tokens a chat template adds around the user's text; a prompt's UTF-8 byte count bounds its own
+# tokens from above for byte-level BPE vocabularies, so prompt + reserve never under-counts.
+PROMPT_TOKEN_RESERVE = 64
+_TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where to send requests. ``base_url`` is the server root (a trailing ``/v1`` is dropped)."""
+
+    base_url: str
+    model: str | None = None
+    api: Api = "chat"
+    api_key: str | None = None
+    timeout_s: float = 900.0
+
+    def root(self) -> str:
+        return self.base_url.rstrip("/").removesuffix("/v1")
+
+    def url(self, path: str) -> str:
+        return self.root() + path
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What ``/v1/models`` and ``/version`` tell about the server."""
+
+    model: str
+    models: tuple[str, ...]
+    max_model_len: int | None
+    version: str | None
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """Sampling for every request (a prompt's own max_tokens/temperature win)."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    ignore_eos: bool = False
+    max_model_len: int | None = None
+
+
+def make_client(endpoint: Endpoint, concurrency: int) -> httpx.AsyncClient:
+    import httpx
+
+    return httpx.AsyncClient(
+        headers=endpoint.headers(),
+        timeout=httpx.Timeout(endpoint.timeout_s, connect=10.0),
+        limits=httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency),
+    )
+
+
+async def fetch_server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> ServerInfo:
+    """The served model (``endpoint.model`` checked, else the first), its max_model_len, version."""
+    import httpx
+
+    try:
+        response = await client.get(endpoint.url("/v1/models"))
+    except httpx.HTTPError as exc:
+        raise BenchmarkError(
+            f"{endpoint.root()}: cannot reach the server: {_describe(exc)}",
+            hint="is it running? `dflashops status` shows the server's state",
+        ) from exc
+    if response.status_code != 200:
+        raise BenchmarkError(
+            f"{endpoint.root()}/v1/models: HTTP {response.status_code}: {_error_text(response)}"
+        )
+    try:
+        listed = response.json().get("data", [])
+    except (ValueError, AttributeError):
+        raise BenchmarkError(f"{endpoint.root()}/v1/models: not an OpenAI model list") from None
+    entries = [e for e in listed if isinstance(e, dict) and "id" in e]
+    ids = tuple(str(e["id"]) for e in entries)
+    if not ids:
+        raise BenchmarkError(f"{endpoint.root()}: the server lists no model")
+    model = endpoint.model or ids[0]
+    if model not in ids:
+        raise BenchmarkError(
+            f"{endpoint.root()}: no served model {model!r}", hint=f"served: {', '.join(ids)}"
+        )
+    entry = entries[ids.index(model)]
+    length = entry.get("max_model_len")
+    version = None
+    try:
+        reply = await client.get(endpoint.url("/version"))
+        if reply.status_code == 200 and reply.json().get("version"):
+            version = str(reply.json()["version"])
+    except (httpx.HTTPError, ValueError, AttributeError):
+        version = None  # SGLang and older servers have no /version: not fatal
+    return ServerInfo(
+        model=model,
+        models=ids,
+        max_model_len=length if isinstance(length, int) else None,
+        version=version,
+    )
+
+
+async def scrape_metrics(client: httpx.AsyncClient, endpoint: Endpoint) -> str | None:
+    """The ``/metrics`` text, or None when the server has no such endpoint."""
+    import httpx
+
+    try:
+        response = await client.get(endpoint.url("/metrics"))
+    except httpx.HTTPError as exc:
+        raise BenchmarkError(f"{endpoint.root()}/metrics: {_describe(exc)}") from exc
+    return response.text if response.status_code == 200 else None
+
+
+def cap_max_tokens(requested: int, max_model_len: int | None, prompt_text: str) -> int:
+    """``requested``, lowered so prompt + output fits ``max_model_len`` (a conservative budget)."""
+    if max_model_len is None:
+        return requested
+    budget = max_model_len - len(prompt_text.encode("utf-8")) - PROMPT_TOKEN_RESERVE
+    if budget < 1:
+        raise BenchmarkError(
+            f"a prompt of {len(prompt_text)} characters leaves no room for output within "
+            f"max_model_len {max_model_len}",
+            hint="use a shorter workload or a larger --max-model-len",
+        )
+    return min(requested, budget)
+
+
+def build_payload(
+    endpoint: Endpoint, model: str, prompt: PromptSpec, options: RequestOptions
+) -> dict[str, Any]:
+    """The JSON body for one streamed request."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "max_tokens": cap_max_tokens(
+            prompt.max_tokens or options.max_tokens, options.max_model_len, prompt.text()
+        ),
+        "temperature": options.temperature if prompt.temperature is None else prompt.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if options.ignore_eos:
+        payload["ignore_eos"] = True
+    if endpoint.api == "chat":
+        payload["messages"] = prompt.chat_messages()
+    elif prompt.prompt is None:
+        raise BenchmarkError(f"prompt {prompt.id!r} has chat messages; use --api chat")
+    else:
+        payload["prompt"] = prompt.prompt
+    return payload
+
+
+@dataclass
+class _Stream:
+    """What one response stream showed, in perf_counter seconds."""
+
+    sent: float
+    first_text: float | None = None
+    first_choice: float | None = None
+    last_choice: float | None = None
+    last_text: float | None = None
+    chunks: int = 0
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None
+    gaps: list[float] = field(default_factory=list)
+
+    def take(self, data: dict[str, Any], now: float) -> None:
+        if "error" in data:
+            error = data["error"]
+            self.error = str(error.get("message", error) if isinstance(error, dict) else error)
+            return
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            self.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+            self.output_tokens = _int_or_none(usage.get("completion_tokens"))
+        choices = data.get("choices") or []
+        if not choices:
+            return
+        choice = choices[0]
+        self.first_choice = self.first_choice or now
+        self.last_choice = now
+        self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        if _choice_text(choice):
+            if self.last_text is None:
+                self.first_text = now
+            else:
+                self.gaps.append(now - self.last_text)
+            self.last_text = now
+            self.chunks += 1
+
+
+def _choice_text(choice: dict[str, Any]) -> str:
+    if isinstance(choice.get("text"), str):
+        return str(choice["text"])
+    delta = choice.get("delta") or {}
+    return "".join(str(delta.get(key) or "") for key in _TEXT_FIELDS)
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+async def stream_request(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    payload: dict[str, Any],
+    *,
+    prompt_id: str,
+    level_start: float,
+) -> RequestRecord:
+    """Send one streamed request and measure it; failures become a record with ``error``."""
+    import httpx
+
+    stream = _Stream(sent=time.perf_counter())
+    try:
+        async with client.stream("POST", endpoint.url(API_PATHS[endpoint.api]), json=payload) as r:
+            if r.status_code != 200:
+                await r.aread()
+                stream.error = f"HTTP {r.status_code}: {_error_text(r)}"
+            else:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue  # blank separators, ": ping" comments, event names
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    now = time.perf_counter()
+                    try:
+                        chunk = json.loads(data)
+                    except json.JSONDecodeError:
+                        stream.error = f"bad stream data: {data[:80]!r}"
+                        break
+                    if isinstance(chunk, dict):
+                        stream.take(chunk, now)
+                    if stream.error:
+                        break
+    except httpx.HTTPError as exc:
+        stream.error = _describe(exc)
+    return _record(stream, prompt_id, payload, level_start)
+
+
+def _record(
+    stream: _Stream, prompt_id: str, payload: dict[str, Any], level_start: float
+) -> RequestRecord:
+    error = stream.error
+    if error is None and stream.last_choice is None:
+        error = "the stream carried no choices"
+    if error is None and stream.output_tokens is None:
+        error = "the stream ended without usage (stream_options.include_usage unsupported?)"
+    first = stream.first_text or stream.first_choice
+    ttft = None if first is None else 1000.0 * (first - stream.sent)
+    e2el = None if stream.last_choice is None else 1000.0 * (stream.last_choice - stream.sent)
+    return RequestRecord(
+        prompt_id=prompt_id,
+        success=error is None,
+        error=error,
+        start_s=round(stream.sent - level_start, 6),
+        max_tokens=payload.get("max_tokens"),
+        ttft_ms=ttft,
+        e2el_ms=e2el,
+        tpot_ms=tpot_ms(ttft, e2el, stream.output_tokens) if error is None else None,
+        itl_ms=[round(1000.0 * gap, 4) for gap in stream.gaps],
+        prompt_tokens=stream.prompt_tokens,
+        output_tokens=stream.output_tokens,
+        chunks=stream.chunks,
+        finish_reason=stream.finish_reason,
+    )
+
+
+async def run_requests(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    model: str,
+    prompts: Sequence[PromptSpec],
+    options: RequestOptions,
+    *,
+    concurrency: int,
+    on_done: Callable[[RequestRecord], None] | None = None,
+) -> tuple[list[RequestRecord], float]:
+    """Send ``prompts`` with at most ``concurrency`` in flight; records in prompt order, and the
+    wall time from the first send to the last reply in seconds."""
+    if concurrency < 1:
+        raise BenchmarkError(f"concurrency must be at least 1, got {concurrency}")
+    payloads = [build_payload(endpoint, model, p, options) for p in prompts]
+    records: list[RequestRecord | None] = [None] * len(prompts)
+    pending = iter(range(len(prompts)))
+    start = time.perf_counter()
+
+    async def worker() -> None:
+        # each worker takes the next index: exactly `concurrency` requests in flight until drained
+        for index in pending:
+            record = await stream_request(
+                client, endpoint, payloads[index], prompt_id=prompts[index].id, level_start=start
+            )
+            records[index] = record
+            if on_done is not None:
+                on_done(record)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+    duration = time.perf_counter() - start
+    return [r for r in records if r is not None], duration
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return " ".join(response.text.split())[:200] or response.reason_phrase
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict):
+            return str(error.get("message") or error.get("detail") or error)[:200]
+        return str(body.get("message") or body.get("detail") or error)[:200]
+    return str(body)[:200]
+
+
+def _describe(exc: Exception) -> str:
+    import httpx
+
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({type(exc).__name__})"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

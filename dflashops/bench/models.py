@@ -1,0 +1,212 @@
+"""The saved benchmark result: ``BenchReport`` (versioned JSON, ``save``/``load``).
+
+Per concurrency level the aggregate keys are the ones ``vllm bench serve --save-result`` writes
+where the two overlap (``completed``, ``duration``, ``output_throughput``, ``mean_ttft_ms``,
+``p99_itl_ms``, ``spec_decode_acceptance_length`` …), so tools that read vLLM's JSON read ours.
+Units follow vLLM: latencies in ms, ``duration`` in s, throughputs per second, and
+``spec_decode_acceptance_rate`` in **percent** (the per-position rates are fractions).
+
+Definitions (per request): TTFT = first token-carrying chunk − send; E2EL = last chunk − send;
+TPOT = (E2EL − TTFT) / (output tokens − 1); ITL = the gaps between token-carrying chunks. Under
+speculative decoding one chunk carries several tokens, so ITL > TPOT; ``mean_tokens_per_chunk``
+shows by how much. Output tokens always come from the server's ``usage``.
+
+Room for later results: ``tune``, ``compare`` and ``roofline`` are optional JSON objects owned by
+the modules that fill them, and every level and the report have ``extras``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dflashops import __version__
+from dflashops.errors import BenchmarkError
+
+SCHEMA_VERSION = 1
+REPORT_KIND: Final = "dflashops-bench"
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+STATISTICS = ("mean", "median", "std", "p90", "p99")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResolvedConfig(_Strict):
+    """What was benchmarked, resolved when the run started (a playbook, a container, a URL)."""
+
+    container: str | None = None
+    url: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    model: str | None = None
+    served_model_name: str | None = None
+    drafter: str | None = None
+    method: str | None = Field(None, description='speculative method, "none" when off')
+    num_speculative_tokens: int | None = None
+    max_model_len: int | None = None
+    server_args: dict[str, Any] = {}
+    playbook: str | None = None
+    dflashops_version: str = __version__
+    extras: dict[str, Any] = {}
+
+    def label(self) -> str:
+        """A short name for tables and plot legends, e.g. ``dflash k=15``."""
+        method = self.method or "?"
+        if self.num_speculative_tokens is not None and method != "none":
+            return f"{method} k={self.num_speculative_tokens}"
+        return method
+
+
+class WorkloadInfo(_Strict):
+    """The requests that were sent (the prompts themselves live in the workload)."""
+
+    name: str
+    api: Literal["chat", "completions"] = "chat"
+    num_prompts: int
+    requests_per_level: int
+    warmup_requests: int
+    max_tokens: int
+    temperature: float
+    ignore_eos: bool
+    source: str | None = None
+
+
+class RequestRecord(_Strict):
+    """One measured request (warm-up requests are never recorded)."""
+
+    prompt_id: str
+    success: bool
+    error: str | None = None
+    start_s: float = Field(description="send time, seconds after the level started")
+    max_tokens: int | None = None
+    ttft_ms: float | None = None
+    e2el_ms: float | None = None
+    tpot_ms: float | None = None
+    itl_ms: list[float] = []
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    chunks: int = Field(0, description="chunks that carried generated text")
+    finish_reason: str | None = None
+
+
+class LevelResult(_Strict):
+    """One concurrency level: aggregates (vLLM key names), server-side spec decode, requests."""
+
+    max_concurrency: int
+    completed: int
+    failed: int
+    duration: float
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    std_ttft_ms: float | None = None
+    p90_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    std_tpot_ms: float | None = None
+    p90_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    median_itl_ms: float | None = None
+    std_itl_ms: float | None = None
+    p90_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    mean_e2el_ms: float | None = None
+    median_e2el_ms: float | None = None
+    std_e2el_ms: float | None = None
+    p90_e2el_ms: float | None = None
+    p99_e2el_ms: float | None = None
+    mean_tokens_per_chunk: float | None = None
+    spec_decode_acceptance_length: float | None = None
+    spec_decode_acceptance_rate: float | None = Field(None, description="percent, as vLLM")
+    spec_decode_num_drafts: int | None = None
+    spec_decode_draft_tokens: int | None = None
+    spec_decode_accepted_tokens: int | None = None
+    spec_decode_per_position_acceptance_rates: list[float] | None = None
+    server_generation_tokens: int | None = Field(
+        None, description="the server's generation-token counter over the level (all clients)"
+    )
+    errors: list[str] = []
+    requests: list[RequestRecord] = []
+    extras: dict[str, Any] = {}
+
+    def metric(self, statistic: str, metric: str) -> float | None:
+        """``metric("p99", "tpot")`` → ``p99_tpot_ms``."""
+        value = getattr(self, f"{statistic}_{metric}_ms")
+        return None if value is None else float(value)
+
+    def summary(self) -> dict[str, Any]:
+        """The aggregates without the per-request records."""
+        return self.model_dump(mode="json", exclude={"requests"})
+
+
+class BenchReport(_Strict):
+    """A saved benchmark. ``schema_version`` bumps on any incompatible change."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["dflashops-bench"] = REPORT_KIND
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    label: str | None = None
+    config: ResolvedConfig
+    workload: WorkloadInfo
+    levels: list[LevelResult]
+    tune: dict[str, Any] | None = None
+    compare: dict[str, Any] | None = None
+    roofline: dict[str, Any] | None = None
+    extras: dict[str, Any] = {}
+
+    def display_label(self) -> str:
+        return self.label or self.config.label()
+
+    def level(self, max_concurrency: int) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.max_concurrency == max_concurrency), None)
+
+    def save(self, path: Path) -> Path:
+        """Write atomically (a reader never sees half a file); parent folders are created."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> BenchReport:
+        """Read a saved report; every failure is a one-line ``BenchmarkError`` naming the file."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise BenchmarkError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise BenchmarkError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+        if not isinstance(data, dict) or data.get("kind") != REPORT_KIND:
+            raise BenchmarkError(
+                f"{path}: not a dflashops benchmark report",
+                hint="`dflashops bench --out FILE` writes one",
+            )
+        version = data.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise BenchmarkError(
+                f"{path}: schema_version {version!r} is newer than this dflashops reads "
+                f"({SCHEMA_VERSION})",
+                hint="upgrade dflashops",
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise BenchmarkError(
+                f"{path}: {where}: {first['msg']} ({exc.error_count()} error(s))"
+            ) from exc

@@ -1,0 +1,68 @@
+"""``dflashops report``: render one saved benchmark, or compare several, with PNG plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dflashops.cli.context import dump_json
+
+
+@click.command(
+    "report", short_help="Render a saved benchmark, or compare several (tables, PNG plots)."
+)
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--plots",
+    "plots_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write PNG plots (per-position acceptance; tok/s and TPOT by concurrency) here.",
+)
+@click.option(
+    "--requests", "with_requests", is_flag=True, help="Keep per-request records in --json."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def report(
+    files: tuple[Path, ...], plots_dir: Path | None, with_requests: bool, as_json: bool
+) -> None:
+    """Render FILE (a result of `dflashops bench --out`); with several FILEs, compare them
+    level by level against the first."""
+    from dflashops.bench.models import BenchReport
+    from dflashops.report.bench_view import label_reports, report_document
+
+    items = label_reports([(path, BenchReport.load(path)) for path in files])
+    plots: list[Path] = []
+    if plots_dir is not None:
+        from dflashops.report.plots import write_plots
+
+        plots = write_plots(items, plots_dir)
+    if as_json:
+        click.echo(dump_json(report_document(items, plots, with_requests)))
+        return
+    from rich.console import Console
+
+    from dflashops.report.bench_view import (
+        comparison_rows,
+        comparison_table,
+        config_table,
+        has_spec,
+        level_errors,
+        levels_table,
+        spec_table,
+    )
+
+    console = Console()
+    for item in items:
+        console.print(config_table(item))
+        console.print(levels_table(item))
+        if has_spec(item):
+            console.print(spec_table(item))
+        for error in level_errors(item):
+            console.print(f"[red]failed requests[/red] {error}")
+    if len(items) > 1:
+        console.print(comparison_table(comparison_rows(items)))
+    for path in plots:
+        console.print(f"wrote {path}")
