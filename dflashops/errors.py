@@ -153,6 +153,20 @@ class ParseError(DflashopsError):
     """A log or metrics text could not be parsed."""
 
 
+class TuneInputError(DflashopsError):
+    """Acceptance, step costs, bench runs or roofline inputs are inconsistent or insufficient.
+
+    ``field`` names the input at fault (a CLI option or a report key). Rerunning with other
+    inputs fixes it, so it is invalid input (exit 2).
+    """
+
+    cli_exit_code = 2
+
+    def __init__(self, message: str, *, field: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.field = field
+
+
 class LabError(DflashopsError):
     """The local lab could not be started, queried or torn down."""
 
