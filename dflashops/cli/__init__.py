@@ -20,6 +20,12 @@ from dflashops.cli.context import AppContext
 COMMANDS: dict[str, str] = {
     "inventory": "dflashops.cli.inventory:inventory",
     "playbook": "dflashops.cli.playbook:playbook",
+    "tune": "dflashops.cli.tune:tune",
+    "drafter": "dflashops.cli.drafter:drafter",
+    "bench": "dflashops.cli.bench:bench",
+    "parse-log": "dflashops.cli.parse_log:parse_log",
+    "report": "dflashops.cli.report:report",
+    "lab": "dflashops.cli.lab:lab",
 }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dflashops.inventory.load import Inventory
-
-LAB_INVENTORY = Path("~/.local/state/dflashops/lab/inventory.yaml")
 
 
 @dataclass
@@ -43,11 +40,10 @@ class AppContext:
 
 
 def lab_inventory_path() -> Path:
-    """Where ``lab up`` writes its inventory (``$XDG_STATE_HOME`` respected)."""
-    state = os.environ.get("XDG_STATE_HOME")
-    if state:
-        return Path(state) / "dflashops" / "lab" / "inventory.yaml"
-    return LAB_INVENTORY.expanduser()
+    """Where ``lab up`` writes its inventory."""
+    from dflashops.lab.paths import lab_paths
+
+    return lab_paths().inventory
 
 
 def dump_json(data: Any) -> str:

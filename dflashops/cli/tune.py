@@ -177,8 +177,8 @@ def tune(
     """
     from pydantic import ValidationError
 
-    from dflashops.tune.acceptance import Extrapolation, acceptance_curve
     from dflashops.errors import TuneInputError
+    from dflashops.tune.acceptance import Extrapolation, acceptance_curve
     from dflashops.tune.model import TuneInputs, TuneSettings, analyse
     from dflashops.tune.source import load_runs
     from dflashops.tune.stepcost import FitMethod

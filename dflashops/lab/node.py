@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from dflashops.lab.hosts import Mount
+
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 511  # dynamically allocated on real hosts; any free major will do here
 
@@ -49,6 +51,14 @@ class NodeSpec:
     cgroup: Literal["v1", "v2"] = "v2"
     with_uvm: bool = True
     with_modeset: bool = True
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeSpec:
+        """A spec from JSON overrides, e.g. ``{"with_uvm": false, "cgroup": "v1"}``."""
+        data = json.loads(text)
+        if "gpus" in data:
+            data["gpus"] = tuple(FakeGpu(**gpu) for gpu in data["gpus"])
+        return cls(**data)
 
     def device_nodes(self) -> list[tuple[str, int, int]]:
         """(name under /dev, major, minor) for every NVIDIA node the host has."""
@@ -158,7 +168,6 @@ def render_node_root(state_dir: Path, spec: NodeSpec) -> Path:
     root = state_dir / "node"
     sbin = root / "sbin"
     sbin.mkdir(parents=True, exist_ok=True)
-    (root / "etc-pve" / "lxc").mkdir(parents=True, exist_ok=True)
     spec_path = root / "spec.json"
     spec_path.write_text(json.dumps(asdict(spec), indent=2))
     tools = {
@@ -173,25 +182,34 @@ def render_node_root(state_dir: Path, spec: NodeSpec) -> Path:
     return root
 
 
+def node_mounts(root: Path, etc_pve: Path) -> list[Mount]:
+    """The node host's private mounts: the fake tools and the double's config folder."""
+    return [
+        Mount.bind(root / "sbin", "/usr/local/sbin"),
+        Mount.bind(etc_pve, "/etc/pve", read_only=False),
+        Mount.tmpfs("/srv"),
+    ]
+
+
 def node_setup_script(root: Path, spec: NodeSpec) -> str:
-    """Shell run inside the node's private mount namespace before its sshd starts."""
+    """Shell run inside the running node host's mount namespace: a private ``/dev``, cgroup2.
+
+    The real ``/dev`` is kept reachable under ``root/realdev`` for the basic nodes copied in;
+    the NVIDIA nodes are made with ``mknod`` in the private tmpfs, never on this machine.
+    """
     q = shlex.quote
+    realdev = q(str(root / "realdev"))
     lines = [
         "set -e",
-        f"mount --bind {q(str(root / 'sbin'))} /usr/local/sbin",
-        "mkdir -p /etc/pve",
-        f"mount --bind {q(str(root / 'etc-pve'))} /etc/pve",
-        # a private /dev: the real one stays reachable for the basic nodes we copy in
-        f"mkdir -p {q(str(root / 'realdev'))}",
-        f"mount --rbind /dev {q(str(root / 'realdev'))}",
+        f"mkdir -p {realdev}",
+        f"mount --rbind /dev {realdev}",
         "mount -t tmpfs -o mode=0755 devtmp /dev",
-        "for d in null zero full random urandom tty; do touch /dev/$d; "
-        f"mount --bind {q(str(root / 'realdev'))}/$d /dev/$d; done",
-        "mkdir -p /dev/pts /dev/shm",
-        f"mount --rbind {q(str(root / 'realdev'))}/pts /dev/pts",
+        f"for d in null zero full random urandom tty; do touch /dev/$d; "
+        f"mount --bind {realdev}/$d /dev/$d; done",
+        "mkdir -p /dev/pts /dev/shm /dev/nvidia-caps",
+        f"mount --rbind {realdev}/pts /dev/pts",
         "ln -sf pts/ptmx /dev/ptmx",
         "mount -t tmpfs -o mode=1777 shm /dev/shm",
-        "mkdir -p /dev/nvidia-caps",
     ]
     for name, major, minor in spec.device_nodes():
         lines.append(f"mknod -m 0666 /dev/{name} c {major} {minor}")

@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-from dflashops.tune.acceptance import AcceptanceCurve, Extrapolation, acceptance_curve
 from dflashops.errors import TuneInputError
+from dflashops.tune.acceptance import AcceptanceCurve, Extrapolation, acceptance_curve
 from dflashops.tune.model import (
     KPrediction,
     TuneInputs,

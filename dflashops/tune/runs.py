@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dflashops.errors import TuneInputError
 from dflashops.tune.acceptance import (
     ROUNDING_TOLERANCE,
     AcceptanceCurve,
@@ -18,7 +19,6 @@ from dflashops.tune.acceptance import (
     acceptance_curve,
     alpha_from_acceptance_length,
 )
-from dflashops.errors import TuneInputError
 from dflashops.tune.fitmath import isotonic, weighted_mean
 from dflashops.tune.stepcost import CostPoint
 
