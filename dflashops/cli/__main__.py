@@ -1,0 +1,5 @@
+"""``python -m dflashops.cli``: the same as the ``dflashops`` console script."""
+
+from dflashops.cli import main
+
+main()

@@ -1,0 +1,89 @@
+"""``dflashops lab``: the local lab (PVE double, node host, containers, vLLM on CPU)."""
+
+from __future__ import annotations
+
+import click
+
+from dflashops.cli.context import dump_json
+from dflashops.cli.lab_models import models
+from dflashops.cli.progress import spinner
+
+
+@click.group()
+def lab() -> None:
+    """Run dflashops end to end on this machine, with no Proxmox and no GPU.
+
+    \b
+    The lab is a local Proxmox VE API double (HTTPS on 127.0.0.1:8006), a PVE
+    node host reachable over SSH (fake pveversion/nvidia-smi/pct, /dev/nvidia*
+    nodes), containers that become real SSH hosts in network namespaces on
+    bridge dfolab0 (10.200.0.0/24), and real vLLM on the CPU. Needs root.
+    """
+
+
+@lab.command("up")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON document.")
+def up(as_json: bool) -> None:
+    """Start the lab (idempotent) and write its inventory.
+
+    Every other command then works on it unchanged:
+    dflashops -i ~/.local/state/dflashops/lab/inventory.yaml provision
+    """
+    from dflashops.lab.control import lab_up
+    from dflashops.lab.mounts import lab_mounts
+
+    with spinner("starting the lab", enabled=not as_json) as say:
+        status = lab_up(mounts=lab_mounts(), progress=say)
+    if as_json:
+        click.echo(dump_json(status.to_json()))
+        return
+    click.echo(f"lab up: PVE API {status.api_url} (CA {status.ca_file})")
+    click.echo(f"inventory: {status.inventory}")
+    if status.inventory:
+        from pathlib import Path
+
+        click.echo(Path(status.inventory).read_text(encoding="utf-8").rstrip())
+
+
+@lab.command("down")
+@click.option("--purge", is_flag=True, help="Also remove the cached vLLM venv and lab models.")
+def down(purge: bool) -> None:
+    """Stop every lab process and remove the lab's state (idempotent)."""
+    from dflashops.lab.control import lab_down
+
+    with spinner("stopping the lab") as say:
+        stopped = lab_down(purge=purge, progress=say)
+    click.echo("lab stopped" if stopped else "lab was not running; state cleaned")
+
+
+@lab.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def status(as_json: bool) -> None:
+    """Show whether the lab runs and every endpoint (PVE API, node, containers, servers)."""
+    from dflashops.lab.control import lab_status
+
+    current = lab_status()
+    if as_json:
+        click.echo(dump_json(current.to_json()))
+        return
+    if not current.running:
+        click.echo("lab is not running (start it with `dflashops lab up`)")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"lab (pid {current.pid})")
+    table.add_column("endpoint")
+    table.add_column("where")
+    table.add_row("PVE API", f"{current.api_url} (CA {current.ca_file})")
+    table.add_row("inventory", str(current.inventory))
+    if current.node:
+        table.add_row("node host", str(current.node["ssh"]))
+    for ct in current.containers:
+        table.add_row(f"CT {ct['vmid']} {ct['name']}", f"{ct['status']} {ct['address'] or ''}")
+    for server in current.servers:
+        table.add_row(f"server on {server.get('container')}", str(server.get("url")))
+    Console().print(table)
+
+
+lab.add_command(models)

@@ -1,0 +1,1 @@
+"""The local lab: real SSH hosts in network namespaces, the PVE double, lab models."""

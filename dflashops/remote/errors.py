@@ -1,0 +1,69 @@
+"""Remote failures beyond :mod:`dflashops.errors`: deadlines, host keys, transfers, groups.
+
+All are :class:`~dflashops.errors.RemoteError` (or :class:`~dflashops.errors.DflashopsError`
+for group summaries), so callers that only care that "something remote failed" catch one class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dflashops.errors import DflashopsError, RemoteError
+
+
+class RemoteConnectError(RemoteError):
+    """No SSH session could be set up (refused, timed out, authentication failed)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str,
+        retryable: bool = False,
+        attempts: int = 1,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, host=host, hint=hint)
+        #: Whether trying again may help (refused, timed out) or not (authentication).
+        self.retryable = retryable
+        self.attempts = attempts
+
+
+class HostKeyError(RemoteConnectError):
+    """The host key is unknown (and recording new keys is off) or differs from known_hosts."""
+
+    def __init__(self, message: str, *, host: str, known_hosts: str, hint: str | None = None):
+        super().__init__(message, host=host, hint=hint)
+        self.known_hosts = known_hosts
+
+
+class RemoteDeadlineError(RemoteError):
+    """An operation did not finish in time; the connection was closed to unblock it."""
+
+    def __init__(self, operation: str, *, host: str, deadline_s: float) -> None:
+        super().__init__(
+            f"{operation}: deadline exceeded ({deadline_s:g} s)",
+            host=host,
+            hint="the host may be unreachable or the work slow; the connection was closed "
+            "(a remote command may still be running)",
+        )
+        self.operation = operation
+        self.deadline_s = deadline_s
+
+
+class RemoteTransferError(RemoteError):
+    """A file transfer failed; the target files are unchanged (or fully restored)."""
+
+    def __init__(
+        self, message: str, *, host: str, paths: Sequence[str], hint: str | None = None
+    ) -> None:
+        super().__init__(message, host=host, hint=hint)
+        self.paths = list(paths)
+
+
+class GroupError(DflashopsError):
+    """Some hosts of a group operation failed; the others' results are kept in ``result``."""
+
+    def __init__(self, message: str, *, failed: dict[str, Exception]) -> None:
+        super().__init__(message)
+        self.failed = dict(failed)

@@ -1,0 +1,1 @@
+"""Shared test fixtures and helpers (pytest plugins)."""
