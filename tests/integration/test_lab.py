@@ -55,10 +55,16 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     dflashops(env, "lab", "down", check=False)
 
 
-def dflashops(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def dflashops(
+    env: dict[str, str], *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "dflashops.cli", *args],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     if check and done.returncode != 0:
         raise AssertionError(f"dflashops {' '.join(args)} exited {done.returncode}: {done.stderr}")
@@ -77,7 +83,9 @@ def inventory(running_lab: dict[str, object]) -> Inventory:
     return load_inventory(Path(str(running_lab["inventory"])))
 
 
-def test_up_status_and_idempotent_up(lab_env: dict[str, str], running_lab: dict[str, object]) -> None:
+def test_up_status_and_idempotent_up(
+    lab_env: dict[str, str], running_lab: dict[str, object]
+) -> None:
     assert running_lab["running"] is True
     status = json.loads(dflashops(lab_env, "lab", "status", "--json").stdout)
     assert status["api_url"] == f"https://127.0.0.1:{lab_env['DFLASHOPS_LAB_API_PORT']}/api2/json"
@@ -113,8 +121,13 @@ def test_container_becomes_a_private_ssh_host_and_raw_lines_reach_the_api(
     key = Path(f"{ct.ssh.key_file}.pub").read_text()
     for vmid, ip in ((930, "10.200.9.30"), (931, "10.200.9.31")):
         upid = client.post(
-            "nodes/lab/lxc", vmid=vmid, ostemplate=TEMPLATE, storage="local-lvm",
-            hostname=f"t{vmid}", net0=f"name=eth0,bridge=vmbr0,ip={ip}/24", tags="dflashops",
+            "nodes/lab/lxc",
+            vmid=vmid,
+            ostemplate=TEMPLATE,
+            storage="local-lvm",
+            hostname=f"t{vmid}",
+            net0=f"name=eth0,bridge=vmbr0,ip={ip}/24",
+            tags="dflashops",
             **{"ssh-public-keys": key},
         )
         client.wait_task(upid, timeout_s=60)
@@ -142,7 +155,9 @@ def test_container_becomes_a_private_ssh_host_and_raw_lines_reach_the_api(
         client.wait_task(client.delete(f"nodes/lab/lxc/{vmid}"), timeout_s=60)
     with pytest.raises(ProxmoxError, match="does not exist"):
         client.get("nodes/lab/lxc/930/config")
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    netns = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True
+    ).stdout
     assert "dfo-ct930" not in netns
 
 
@@ -150,7 +165,9 @@ def test_down_removes_everything(lab_env: dict[str, str], running_lab: dict[str,
     done = dflashops(lab_env, "lab", "down")
     assert "lab stopped" in done.stdout
     assert not Path(lab_env["DFLASHOPS_LAB_STATE"]).exists()
-    links = subprocess.run(["ip", "link", "show"], capture_output=True, text=True).stdout
+    links = subprocess.run(
+        ["ip", "link", "show"], capture_output=True, text=True, check=True
+    ).stdout
     assert "dfolabt0" not in links
     status = json.loads(dflashops(lab_env, "lab", "status", "--json").stdout)
     assert status["running"] is False
