@@ -31,3 +31,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
   touch "$stamp"
 fi
+
+# The lab's vLLM CPU runtime (~3 min and 3.5 GB the first time) and its tiny models (~20 s);
+# both are cached under ~/.cache/dflashops/lab and this returns at once when they are there.
+.venv/bin/dflashops lab models --json >/dev/null

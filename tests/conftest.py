@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.support.ssh_hosts"]
+pytest_plugins = ["tests.support.ssh_hosts", "tests.support.vllm_servers"]
 
 # Every test host, lab bridge and lab container lives in this range; nothing else may be contacted
 # (the example inventory names real private addresses that must never see a packet from a test).

@@ -313,7 +313,7 @@ def _alive(pid: int) -> bool:
 
 
 def _cache_folders() -> list[Path]:
-    from dflashops.lab.models.layout import default_models_dir
-    from dflashops.lab.runtime import default_venv
+    """The lab's caches: the vLLM venv, the models, their lock files and path shims."""
+    from dflashops.lab.models.layout import cache_root
 
-    return [default_venv(), default_models_dir()]
+    return [cache_root() / "lab"]

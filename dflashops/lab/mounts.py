@@ -8,7 +8,11 @@ from dflashops.lab.daemon import CT_MODELS_DIR, CT_VENV_DIR
 
 
 def lab_mounts() -> dict[str, Path]:
-    """Container path -> host folder: the cached vLLM CPU venv and the lab models, if built."""
+    """Container path -> host folder: the cached vLLM CPU venv, its base Python, the models.
+
+    A venv's ``bin/python`` links to its base interpreter (here under ``/root/.pyenv``), which a
+    container's private ``/root`` would hide, so the base installation is mounted at its own path.
+    """
     from dflashops.lab.models.layout import default_models_dir
     from dflashops.lab.runtime import find_runtime
 
@@ -16,7 +20,24 @@ def lab_mounts() -> dict[str, Path]:
     runtime = find_runtime()
     if runtime is not None:
         found[CT_VENV_DIR] = runtime.venv
+        base = venv_base_prefix(runtime.venv)
+        if base is not None:
+            found[str(base)] = base
     models = default_models_dir()
     if models.is_dir():
         found[CT_MODELS_DIR] = models
     return found
+
+
+def venv_base_prefix(venv: Path) -> Path | None:
+    """The base Python installation a venv was made from (``home`` in ``pyvenv.cfg``)."""
+    try:
+        lines = (venv / "pyvenv.cfg").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            home = Path(value.strip())
+            return home.parent if home.name == "bin" else home
+    return None

@@ -13,7 +13,6 @@ from tests.support.vllm_servers import (
     spec_decode_counts,
 )
 
-pytest_plugins = ["tests.support.vllm_servers"]
 pytestmark = pytest.mark.vllm
 
 

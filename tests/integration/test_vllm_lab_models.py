@@ -14,7 +14,6 @@ from dflashops.lab.models import layout
 from dflashops.lab.models.ensure import run_builder
 from dflashops.lab.runtime import VllmRuntime
 
-pytest_plugins = ["tests.support.vllm_servers"]
 pytestmark = pytest.mark.vllm
 
 

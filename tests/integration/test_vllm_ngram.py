@@ -6,7 +6,6 @@ import pytest
 
 from tests.support.vllm_servers import MODEL_NAME, VllmServer, spec_decode_counts
 
-pytest_plugins = ["tests.support.vllm_servers"]
 pytestmark = pytest.mark.vllm
 
 

@@ -11,8 +11,6 @@ from pathlib import Path
 from dflashops.lab.runtime import VllmRuntime, lab_server_spec
 from dflashops.server.preflight import ExitCode
 
-pytest_plugins = ["tests.support.vllm_servers"]
-
 
 def test_tp2_on_a_machine_without_gpus_fails_before_vllm(
     vllm_runtime: VllmRuntime, tmp_path: Path
