@@ -37,6 +37,7 @@ from dflashops.lab.models.ensure import run_builder
 from dflashops.lab.models.layout import LabModels
 from dflashops.lab.runtime import VllmRuntime, find_runtime, lab_server_spec
 from dflashops.server.spec import ServerSpec
+from tests.support.vllm_slot import VllmSlot
 
 NEED_VLLM_ENV = "DFLASHOPS_NEED_VLLM"
 START_TIMEOUT_S = 240.0
@@ -173,6 +174,7 @@ class ServerPool:
         self.workdir = workdir
         self.current: VllmServer | None = None
         self.failed: dict[str, str] = {}
+        self.slot = VllmSlot()
 
     def speculative_config(self, kind: str) -> tuple[dict[str, Any], Path | None]:
         k = NUM_SPECULATIVE_TOKENS
@@ -210,6 +212,7 @@ class ServerPool:
         return self.current
 
     def start(self, kind: str) -> VllmServer:
+        self.slot.acquire()
         run_dir = self.workdir / kind
         run_dir.mkdir(parents=True, exist_ok=True)
         port = _free_port()
@@ -243,6 +246,7 @@ class ServerPool:
             self._wait_healthy(server, started)
         except BaseException:
             stop_by_pidfile(server.pidfile, process)
+            self.slot.release()
             raise
         server.started_in_s = round(time.monotonic() - started, 1)
         return server
@@ -269,9 +273,11 @@ class ServerPool:
         )
 
     def stop(self) -> None:
+        """Stop the running server (if any) and free the machine-wide vLLM slot."""
         if self.current is not None:
             stop_by_pidfile(self.current.pidfile, self.current.process)
             self.current = None
+        self.slot.release()
 
 
 @pytest.fixture(scope="session")
