@@ -12,15 +12,21 @@ from dflashops.overrides import Override, apply_overrides, parse_overrides
 from dflashops.playbook.models import Playbook
 from dflashops.yamldoc import dotted, first_error, load_yaml_file, validate_doc
 
-PLAYBOOK_DIRS = (Path("playbooks"),)
+
+def playbook_dirs() -> list[Path]:
+    """Where ``NAME`` is looked up: ``./playbooks``, then the playbooks shipped with dflashops
+    (inside the wheel as ``dflashops/playbooks``; the repository's ``playbooks/`` when editable).
+    """
+    package = Path(__file__).resolve().parents[1]
+    return [Path("playbooks"), package / "playbooks", package.parent / "playbooks"]
 
 
 def resolve_playbook_path(name_or_path: str | Path) -> Path:
-    """A file path as given, or ``NAME`` looked up as ``playbooks/NAME.yaml``."""
+    """A file path as given, or ``NAME`` looked up as ``NAME.yaml`` in :func:`playbook_dirs`."""
     path = Path(name_or_path)
     if path.is_file():
         return path
-    for folder in PLAYBOOK_DIRS:
+    for folder in playbook_dirs():
         for candidate in (folder / f"{name_or_path}.yaml", folder / f"{name_or_path}.yml"):
             if candidate.is_file():
                 return candidate
