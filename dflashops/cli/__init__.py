@@ -20,11 +20,18 @@ from dflashops.cli.context import AppContext
 COMMANDS: dict[str, str] = {
     "inventory": "dflashops.cli.inventory:inventory",
     "playbook": "dflashops.cli.playbook:playbook",
-    "tune": "dflashops.cli.tune:tune",
+    "provision": "dflashops.cli.provision:provision",
+    "destroy": "dflashops.cli.provision:destroy",
+    "status": "dflashops.cli.provision:status",
     "drafter": "dflashops.cli.drafter:drafter",
+    "launch": "dflashops.cli.launch:launch",
+    "stop": "dflashops.cli.launch:stop",
+    "restart": "dflashops.cli.launch:restart",
+    "logs": "dflashops.cli.launch:logs",
     "bench": "dflashops.cli.bench:bench",
     "parse-log": "dflashops.cli.parse_log:parse_log",
     "report": "dflashops.cli.report:report",
+    "tune": "dflashops.cli.tune:tune",
     "lab": "dflashops.cli.lab:lab",
 }
 

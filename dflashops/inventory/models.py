@@ -27,6 +27,7 @@ from dflashops.secrets import SecretRef
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
 MANAGED_TAG = "dflashops"
+Passthrough = Literal["auto", "devN", "raw"]
 
 
 class Strict(BaseModel):
@@ -174,6 +175,7 @@ class ContainerVars(Strict):
     mounts: list[Mount] | None = None
     shm_gb: int | None = Field(None, ge=1)
     ssh: SshAccess | None = None
+    passthrough: Passthrough | None = None
 
 
 class ContainerEntry(ContainerVars):
@@ -205,6 +207,11 @@ class Container(Strict):
     mounts: list[Mount] = []
     shm_gb: int = Field(16, ge=1, description="/dev/shm size; NCCL needs more than LXC's 64 MiB")
     ssh: SshAccess = SshAccess()
+    passthrough: Passthrough = Field(
+        "auto",
+        description="how GPUs reach the container: devN entries (PVE >= 8.1), raw lxc lines, "
+        "or auto (devN when the node supports it)",
+    )
 
     @field_validator("vmid")
     @classmethod

@@ -93,6 +93,9 @@ def lab_up(
     argv = [sys.executable, "-m", "dflashops.lab.daemon", *net.argv()]
     for target, source in sorted((mounts or {}).items()):
         argv.append(f"--mount={source}:{target}")
+    node_spec = os.environ.get("DFLASHOPS_LAB_NODE_SPEC")  # a NodeSpec JSON file (scenario labs)
+    if node_spec:
+        argv.append(f"--node-spec={node_spec}")
     env = {
         **os.environ,
         "DFLASHOPS_LAB_STATE": str(paths.state),

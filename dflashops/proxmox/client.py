@@ -9,19 +9,63 @@ through :class:`PveClient`.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from dflashops.errors import ProxmoxError
 from dflashops.inventory.models import Cluster, PasswordAuth
 
+if TYPE_CHECKING:
+    from dflashops.inventory.load import Inventory
+
 log = logging.getLogger("dflashops.proxmox")
 
 ProgressFn = Callable[[str], None]
+T = TypeVar("T")
+
+DEFAULT_LOCK_WAIT_S = 300.0
+DEFAULT_TASK_TIMEOUT_S = 600.0
+# PVE's messages for a guest whose config is locked (``check_lock``) or whose config flock timed
+# out; both clear by themselves, so they are waited for, never "fixed" (``pct unlock`` is the
+# operator's call).
+_LOCKED = re.compile(r"CT is locked|VM is locked|can't lock file")
+_EXISTS = re.compile(r"already exists")
+_DIGEST = re.compile(r"detected modified configuration")
+_NOT_FOUND = re.compile(r"does not exist|no such")
+
+
+def is_locked(exc: ProxmoxError) -> bool:
+    """The guest (or its config file) is locked by another operation: wait and retry."""
+    return bool(_LOCKED.search(exc.message))
+
+
+def is_already_exists(exc: ProxmoxError) -> bool:
+    """A create or ``nextid?vmid=N`` hit a vmid that is taken (500 on create, 400 on nextid)."""
+    return bool(_EXISTS.search(exc.message))
+
+
+def is_digest_conflict(exc: ProxmoxError) -> bool:
+    """The config changed between our read and our write (``digest`` mismatch)."""
+    return bool(_DIGEST.search(exc.message))
+
+
+def is_not_found(exc: ProxmoxError) -> bool:
+    return exc.status == 404 or bool(_NOT_FOUND.search(exc.message))
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"8.1.4"`` -> ``(8, 1, 4)``; trailing text (``"8.1-2"``) is ignored."""
+    parts = []
+    for piece in re.split(r"[.-]", version.strip()):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
 
 
 @dataclass(frozen=True)
@@ -72,6 +116,12 @@ class PveClient:
         self.can_set_devices = cluster.can_set_devices
         with translate_errors("login"):
             self.api = ProxmoxAPI(url.hostname, backend="https", **kwargs)
+        self._version: dict[str, Any] | None = None
+
+    @classmethod
+    def for_cluster(cls, inventory: Inventory, cluster_name: str) -> PveClient:
+        """A client for one of the inventory's clusters (its secret resolved now)."""
+        return cls(inventory.clusters[cluster_name], inventory.secret(cluster_name))
 
     # ------------------------------------------------------------------ generic calls
 
@@ -134,16 +184,149 @@ class PveClient:
 
     # ------------------------------------------------------------------ common reads
 
-    def version(self) -> str:
-        return str(self.get("version")["version"])
+    def version_info(self) -> dict[str, Any]:
+        """``GET /version`` (read once per client)."""
+        if self._version is None:
+            self._version = dict(self.get("version"))
+        return self._version
 
-    def next_vmid(self) -> int:
-        return int(self.get("cluster/nextid"))
+    def version(self) -> str:
+        return str(self.version_info()["version"])
+
+    def next_vmid(self, candidate: int | None = None) -> int:
+        """The lowest free vmid, or ``candidate`` when it is free (PVE reserves nothing)."""
+        if candidate is None:
+            return int(self.get("cluster/nextid"))
+        return int(self.get("cluster/nextid", vmid=candidate))
 
     def lxc_resources(self) -> list[dict[str, Any]]:
         """Every container in the cluster (``/cluster/resources``), with node, name and tags."""
         items = self.get("cluster/resources", type="vm") or []
         return [item for item in items if item.get("type") == "lxc"]
+
+    # ------------------------------------------------------------------ locks and tasks
+
+    def retry_locked(
+        self,
+        what: str,
+        fn: Callable[[], T],
+        *,
+        deadline_s: float = DEFAULT_LOCK_WAIT_S,
+        progress: ProgressFn | None = None,
+        poll_s: float = 0.5,
+    ) -> T:
+        """Call ``fn``; while PVE answers "CT is locked", wait and call it again (bounded).
+
+        A lock belongs to someone else's running operation (backup, create, snapshot); it is
+        never removed here. Past ``deadline_s`` the last error is raised with a hint.
+        """
+        end = time.monotonic() + deadline_s
+        announced = False
+        delay = poll_s
+        while True:
+            try:
+                return fn()
+            except ProxmoxError as exc:
+                if not is_locked(exc):
+                    raise
+                if time.monotonic() + delay > end:
+                    raise ProxmoxError(
+                        f"{what}: still locked after {deadline_s:.0f}s ({exc.message})",
+                        status=exc.status,
+                        hint="another operation holds the lock; if none runs, an operator may "
+                        "clear it with `pct unlock VMID`",
+                    ) from None
+                if progress is not None and not announced:
+                    progress(f"{what}: locked, waiting ({exc.message})")
+                announced = True
+                time.sleep(delay)
+                delay = min(delay * 1.5, 5.0)
+
+    def run_task(
+        self,
+        what: str,
+        start: Callable[[], str],
+        *,
+        timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
+        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+        progress: ProgressFn | None = None,
+    ) -> TaskResult:
+        """Start a task and wait for it; a start refused or a task failed on a lock is retried.
+
+        (PVE checks some locks synchronously, others inside the worker, e.g. ``vzstart``.)
+        """
+
+        def attempt() -> TaskResult:
+            upid = start()
+            return self.wait_task(upid, timeout_s=timeout_s, progress=progress)
+
+        return self.retry_locked(what, attempt, deadline_s=lock_wait_s, progress=progress)
+
+    # ------------------------------------------------------------------ containers
+
+    def ct_path(self, node: str, vmid: int, *rest: str) -> str:
+        return "/".join(("nodes", node, "lxc", str(vmid), *rest))
+
+    def ct_config(self, node: str, vmid: int, *, current: bool = False) -> dict[str, Any]:
+        """The config (pending changes applied unless ``current``), with ``digest`` and ``lxc``."""
+        params = {"current": 1} if current else {}
+        return dict(self.get(self.ct_path(node, vmid, "config"), **params) or {})
+
+    def ct_pending(self, node: str, vmid: int) -> list[dict[str, Any]]:
+        return list(self.get(self.ct_path(node, vmid, "pending")) or [])
+
+    def ct_status(self, node: str, vmid: int) -> dict[str, Any]:
+        return dict(self.get(self.ct_path(node, vmid, "status", "current")) or {})
+
+    def ct_interfaces(self, node: str, vmid: int) -> list[dict[str, Any]]:
+        """``GET .../interfaces`` (PVE >= 8.1, running containers only)."""
+        return list(self.get(self.ct_path(node, vmid, "interfaces")) or [])
+
+    def ct_update(
+        self,
+        node: str,
+        vmid: int,
+        params: dict[str, Any],
+        *,
+        delete: list[str] | None = None,
+        digest: str | None = None,
+        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        """``PUT .../config`` with the digest the change was planned on; waits out locks."""
+        data = dict(params)
+        if delete:
+            data["delete"] = ",".join(delete)
+        if digest:
+            data["digest"] = digest
+        self.retry_locked(
+            f"CT {vmid}: update config",
+            lambda: self.put(self.ct_path(node, vmid, "config"), **data),
+            deadline_s=lock_wait_s,
+            progress=progress,
+        )
+
+    # ------------------------------------------------------------------ storage and templates
+
+    def storages(self, node: str) -> list[dict[str, Any]]:
+        return list(self.get(f"nodes/{node}/storage") or [])
+
+    def storage_content(self, node: str, storage: str, content: str) -> list[dict[str, Any]]:
+        return list(self.get(f"nodes/{node}/storage/{storage}/content", content=content) or [])
+
+    def appliances(self, node: str) -> list[dict[str, Any]]:
+        """The appliance index (``pveam available``): templates PVE can download."""
+        return list(self.get(f"nodes/{node}/aplinfo") or [])
+
+    def download_template(
+        self, node: str, storage: str, template: str, *, progress: ProgressFn | None = None
+    ) -> TaskResult:
+        """Download ``template`` (a name from the appliance index) into ``storage``."""
+        return self.run_task(
+            f"download {template}",
+            lambda: str(self.post(f"nodes/{node}/aplinfo", storage=storage, template=template)),
+            progress=progress,
+        )
 
 
 @contextmanager

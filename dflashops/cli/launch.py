@@ -1,0 +1,242 @@
+"""``dflashops launch | stop | restart | logs``: deploy a playbook to a container and run it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.progress import spinner
+
+pass_app = click.make_pass_decorator(AppContext)
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+_TIMEOUT = click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=900.0,
+    show_default=True,
+    help="Seconds to wait for readiness (model load included).",
+)
+
+
+def _playbook_path(container: str, given: str | None) -> Path:
+    """``-p`` as given, else the one playbook whose ``container:`` is ours (a name in
+    ./playbooks hides the same name shipped with dflashops)."""
+    from dflashops.playbook.load import playbook_dirs, resolve_playbook_path
+
+    if given is not None:
+        return resolve_playbook_path(given)
+    import yaml
+
+    found: list[Path] = []
+    seen: set[str] = set()
+    for folder in playbook_dirs():
+        for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+            if path.stem in seen:
+                continue
+            seen.add(path.stem)
+            try:
+                doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(doc, dict) and doc.get("container") == container:
+                found.append(path)
+    if len(found) == 1:
+        return found[0]
+    what = "no playbook" if not found else f"{len(found)} playbooks ({', '.join(map(str, found))})"
+    raise click.UsageError(f"{what} in playbooks/ name container {container}; pass -p PLAYBOOK")
+
+
+@click.command()
+@click.argument("name")
+@click.option(
+    "-p", "--playbook", "playbook_name", metavar="PLAYBOOK", help="Playbook name or file."
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a dotted playbook key, e.g. --set server.num_speculative_tokens=6.",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+@click.option("--force", is_flag=True, help="Launch even when the drafter check finds errors.")
+@_TIMEOUT
+@_JSON
+@pass_app
+def launch(
+    app: AppContext,
+    *,
+    name: str,
+    playbook_name: str | None,
+    overrides: tuple[str, ...],
+    dry_run: bool,
+    force: bool,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
+    """Render the playbook for container NAME, push what changed, (re)start the server and wait
+    until it answers a 1-token completion.
+
+    \b
+    A launch that changes nothing leaves the running server alone. When the
+    new server dies or is not ready in time, the previous files are restored
+    and the previous server is started again (exit 1, with the log tail).
+    """
+    from dflashops.launch.core import launch as run_launch
+    from dflashops.launch.report import LaunchFailed
+    from dflashops.playbook.load import load_playbook
+
+    book = load_playbook(_playbook_path(name, playbook_name), overrides)
+    inventory = app.inventory()
+
+    def warn(message: str) -> None:
+        if not as_json:
+            click.secho(f"warning: {message}", fg="yellow", bold=True, err=True)
+
+    try:
+        with spinner(f"launch {book.name} on {name}", enabled=not as_json) as say:
+            report = run_launch(
+                inventory,
+                name,
+                book,
+                dry_run=dry_run,
+                force=force,
+                progress=say,
+                warn=warn,
+                timeout_s=timeout_s,
+            )
+    except LaunchFailed as exc:
+        _show_failure(exc, as_json)
+        raise
+    if as_json:
+        click.echo(dump_json(report.model_dump(mode="json")))
+        return
+    _show_report(report)
+
+
+def _show_failure(exc: Any, as_json: bool) -> None:
+    cause = exc.cause
+    if as_json:
+        click.echo(
+            dump_json(
+                {
+                    "error": exc.one_line(),
+                    "cause": cause.code if cause else None,
+                    "log_tail": exc.log_tail,
+                    "rolled_back": exc.rolled_back,
+                    "previous_serving": exc.previous_serving,
+                    "endpoint": exc.endpoint,
+                }
+            )
+        )
+        return
+    if exc.log_tail:
+        click.echo("server log (last lines):", err=True)
+        for line in exc.log_tail:
+            click.echo(f"  {line}", err=True)
+    if cause is not None and cause.evidence:
+        click.echo(f"cause: {cause.summary}\n  from: {cause.evidence}", err=True)
+
+
+def _show_report(report: Any) -> None:
+    from rich.console import Console
+
+    console = Console()
+    if report.action == "dry-run":
+        _show_plan(console, report)
+        return
+    if report.action == "unchanged":
+        since = report.serving_since.isoformat(timespec="seconds") if report.serving_since else "?"
+        console.print(f"unchanged, serving since {since} (pid {report.pid})", highlight=False)
+    else:
+        console.print(
+            f"{report.action} {report.playbook} on {report.container} "
+            f"(pid {report.pid}, ready in {report.ready_in_s}s)",
+            highlight=False,
+        )
+    console.print(f"endpoint: {report.endpoint}", highlight=False)
+
+
+def _show_plan(console: Any, report: Any) -> None:
+    from rich.syntax import Syntax
+    from rich.table import Table
+
+    table = Table(title=f"launch {report.playbook} on {report.container} (dry run)")
+    table.add_column("file")
+    table.add_column("change")
+    for change in report.files:
+        table.add_row(change.path + (" (secret)" if change.secret else ""), change.action)
+    console.print(table)
+    for action in report.engine_venv or [f"engine venv: {report.engine_venv_noop}"]:
+        console.print(action, highlight=False)
+    for line in report.spec_changes:
+        console.print(f"spec {line}", highlight=False)
+    for diff in report.diffs.values():
+        if diff:
+            console.print(Syntax(diff, "diff", theme="ansi_dark", word_wrap=True))
+    console.print(f"drafter check: {report.drafter_validation}", highlight=False)
+    verdict = "would (re)start" if "changed" in report.reason or "not" in report.reason else "no"
+    console.print(f"{verdict}: {report.reason}", highlight=False)
+
+
+@click.command()
+@click.argument("name")
+@_JSON
+@pass_app
+def stop(app: AppContext, name: str, as_json: bool) -> None:
+    """Stop the server in container NAME (under systemd also disable it)."""
+    from dflashops.launch.control import stop_server
+
+    report = stop_server(app.inventory(), name)
+    if as_json:
+        click.echo(dump_json(report.model_dump(mode="json")))
+    elif report.was_running:
+        click.echo(f"stopped the server in {name} (pid {report.pid})")
+    else:
+        click.echo(f"no server was running in {name}")
+
+
+@click.command()
+@click.argument("name")
+@_TIMEOUT
+@_JSON
+@pass_app
+def restart(app: AppContext, name: str, timeout_s: float, as_json: bool) -> None:
+    """Restart the deployed server in container NAME and wait until it is ready."""
+    from dflashops.launch.control import restart_server
+
+    with spinner(f"restart {name}", enabled=not as_json) as say:
+        report = restart_server(app.inventory(), name, progress=say, timeout_s=timeout_s)
+    if as_json:
+        click.echo(dump_json(report.model_dump(mode="json")))
+        return
+    click.echo(f"restarted {name} (pid {report.pid}, ready in {report.ready_in_s}s)")
+    click.echo(f"endpoint: {report.endpoint}")
+
+
+@click.command()
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C stops).")
+@click.option(
+    "--lines", "-n", type=click.IntRange(min=0), default=50, show_default=True, help="Lines."
+)
+@pass_app
+def logs(app: AppContext, name: str, follow: bool, lines: int) -> None:
+    """Print the server log of container NAME (/var/log/dflashops/server.log)."""
+    from dflashops.launch.control import follow_logs, read_logs
+
+    if not follow:
+        click.echo(read_logs(app.inventory(), name, lines=lines), nl=False)
+        return
+    try:
+        for chunk in follow_logs(app.inventory(), name, lines=lines):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,201 @@
+"""``dflashops provision | destroy | status``: managed containers on Proxmox VE."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.progress import spinner
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult
+    from dflashops.proxmox.plan import Row
+    from dflashops.proxmox.report import ContainerReport, ProvisionReport
+
+pass_app = click.make_pass_decorator(AppContext)
+
+STATUS_STYLE = {
+    "create": "green",
+    "change": "yellow",
+    "remove": "yellow",
+    "unchanged": "dim",
+    "differs": "magenta",
+    "refused": "red",
+    "absent": "red",
+}
+
+
+@click.command("provision")
+@click.argument("names", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Apply without asking.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (the report).")
+@pass_app
+def provision(
+    app: AppContext, names: tuple[str, ...], dry_run: bool, yes: bool, as_json: bool
+) -> None:
+    """Plan, then create or change containers (all when no NAME is given).
+
+    \b
+    Per container: wanted (inventory) vs actual (PVE), field by field, then
+    the steps: template download, create, config changes through the API,
+    GPU passthrough (devN by API or `pct set` over SSH, or raw lxc lines),
+    start, wait for the address and SSH, and the steps inside the container
+    (NVIDIA userspace driver, /dev/shm). Containers without the dflashops
+    tag, or whose name differs, are refused and never touched.
+    """
+    from dflashops.proxmox.apply import ProvisionError
+    from dflashops.proxmox.apply import provision as run_provision
+
+    inv = app.inventory()
+    out = _console(err=as_json)
+    with spinner("planning", enabled=not as_json) as say:
+        plan = run_provision(inv, names, dry_run=True, progress=say)
+    if dry_run:
+        _finish(plan, as_json, out)
+        return
+    if not yes and any(c.has_changes for c in plan.containers if c.ok):
+        _render_report(plan, out)
+        if not sys.stdin.isatty():
+            raise ProvisionError("changes need confirmation", hint="pass --yes")
+        if not click.confirm("Apply these changes?", err=True):
+            raise ProvisionError("nothing changed: not confirmed")
+    with spinner("provisioning", enabled=not as_json) as say:
+        report = run_provision(inv, names, progress=say)
+    _finish(report, as_json, _console())
+
+
+def _finish(report: ProvisionReport, as_json: bool, out: Console) -> None:
+    from dflashops.proxmox.apply import ProvisionError
+
+    if as_json:
+        click.echo(dump_json(report.model_dump(mode="json")))
+    else:
+        _render_report(report, out)
+    if not report.ok:
+        raise ProvisionError(" | ".join(report.failures))
+
+
+def _console(*, err: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=err)
+
+
+def _rows_table(title: str, rows: list[Row]) -> object:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in ("field", "wanted", "actual", "status", "via", "note"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        style = STATUS_STYLE.get(row.status, "")
+        table.add_row(
+            row.field,
+            row.wanted,
+            row.actual,
+            f"[{style}]{row.status}[/]" if style else row.status,
+            row.via,
+            row.note,
+        )
+    return table
+
+
+def _render_report(report: ProvisionReport, out: Console) -> None:
+    for entry in report.containers:
+        _render_container(entry, out)
+
+
+def _render_container(entry: ContainerReport, out: Console) -> None:
+    vmid = entry.vmid if entry.vmid is not None else "auto"
+    head = f"{entry.name}: {entry.action or 'error'} (vmid {vmid}, node {entry.node}"
+    head += f", passthrough {entry.passthrough})" if entry.passthrough != "none" else ")"
+    if entry.rows:
+        out.print(_rows_table(head, entry.rows))
+    else:
+        out.print(head)
+    if entry.guest_rows:
+        out.print(_rows_table(f"{entry.name}: inside the container", entry.guest_rows))
+    for label, lines in (
+        ("step", entry.steps),
+        ("step inside", entry.guest_steps),
+        ("planned only", entry.guest_plan_only),
+        ("done", entry.applied),
+        ("issue", entry.issues),
+        ("host fix", entry.host_fixes),
+        ("warning", entry.warnings),
+    ):
+        for line in lines:
+            out.print(f"  {label}: {line}", markup=False, highlight=False)
+    if entry.address:
+        out.print(f"  address: {entry.address}", highlight=False)
+    if entry.error:
+        out.print(f"  error: {entry.error}", markup=False, style="red")
+
+
+@click.command("destroy")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--yes", "-y", is_flag=True, help="Destroy without asking.")
+@pass_app
+def destroy(app: AppContext, names: tuple[str, ...], yes: bool) -> None:
+    """Stop and delete managed containers (purge=1). Others are refused, never touched."""
+    from dflashops.proxmox.apply import ProvisionError
+    from dflashops.proxmox.lifecycle import destroy as run_destroy
+
+    inv = app.inventory()
+
+    def confirm(targets: list[DestroyResult]) -> bool:
+        _render_destroy(targets)
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise ProvisionError("destroy needs confirmation", hint="pass --yes")
+        return click.confirm("Destroy these containers?", err=True)
+
+    results = run_destroy(inv, names, confirm=confirm, progress=None)
+    _render_destroy(results)
+    failed = [r for r in results if r.outcome in ("refused", "failed")]
+    if failed:
+        raise ProvisionError(" | ".join(f"{r.name}: {r.outcome}: {r.note}" for r in failed))
+
+
+def _render_destroy(results: list[DestroyResult]) -> None:
+    for r in results:
+        vmid = f" (vmid {r.vmid})" if r.vmid is not None else ""
+        note = f": {r.note}" if r.note else ""
+        click.echo(f"{r.name}{vmid} on {r.node}: {r.outcome}{note}")
+
+
+@click.command("status")
+@click.argument("names", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
+    """One view per container: PVE state, vmid, node, address, tags (and the server, once
+    launched)."""
+    from dflashops.proxmox.lifecycle import container_status
+
+    entries = container_status(app.inventory(), names)
+    if as_json:
+        click.echo(dump_json([e.model_dump(mode="json") for e in entries]))
+        return
+    _render_status(entries)
+
+
+def _render_status(entries: list[ContainerStatus]) -> None:
+    from rich.table import Table
+
+    table = Table()
+    for column in ("container", "vmid", "node", "state", "address", "tags", "note"):
+        table.add_column(column, overflow="fold")
+    for e in entries:
+        note = e.note or (f"lock {e.lock}" if e.lock else "")
+        table.add_row(
+            e.name, str(e.vmid or "-"), e.node, e.state, e.address or "-", ";".join(e.tags), note
+        )
+    _console().print(table)

@@ -1,0 +1,175 @@
+"""Engine command lines from a playbook: vLLM and SGLang, every speculative method.
+
+The command line is data (a list of strings that the bundled server hands to ``execvpe``; no
+shell ever parses it), and the speculative config is JSON dumped from a dict, never pasted
+together. Facts are from ``reference/vllm-dflash.md`` §2, §3 and §6.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dflashops.errors import PlaybookError
+from dflashops.playbook.models import Playbook
+
+VLLM_MODULE = "vllm.entrypoints.cli.main"
+SGLANG_MODULE = "sglang.launch_server"
+# DFlash runs its draft layers non-causally; these vLLM backends support that (0.20+).
+NON_CAUSAL_BACKENDS = frozenset(
+    {"FLASH_ATTN", "FLEX_ATTENTION", "ROCM_AITER_FA", "ROCM_AITER_UNIFIED_ATTN", "ROCM_ATTN"}
+)
+DFLASH_GPU_BACKEND = "FLASH_ATTN"
+VLLM_API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads it when --api-key is absent (envs.VLLM_API_KEY)
+# SGLang's speculative algorithm per playbook method (NEXTN is SGLang's MTP name, EAGLE inside)
+SGLANG_ALGORITHMS = {"dflash": "DFLASH", "mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"}
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """What launch knows about the target model from its config.json (when it could read it)."""
+
+    hybrid_linear_attention: bool = False  # Qwen3.5/3.6 Gated DeltaNet, Qwen3-Next
+
+
+def hybrid_from_config(config: dict[str, Any]) -> bool:
+    """A target with linear-attention (GDN/mamba-style) layers needs SGLang's extra state buffer."""
+    text = config.get("text_config")
+    merged = {**config, **(text if isinstance(text, dict) else {})}
+    layer_types = merged.get("layer_types")
+    if isinstance(layer_types, list) and any("linear" in str(t) for t in layer_types):
+        return True
+    model_type = str(merged.get("model_type", ""))
+    return model_type.startswith(("qwen3_5", "qwen3_next", "qwen3_6"))
+
+
+def speculative_config(playbook: Playbook) -> dict[str, Any] | None:
+    """vLLM's ``--speculative-config`` for the playbook's method (None for ``none``)."""
+    drafter, k = playbook.drafter, playbook.server.num_speculative_tokens
+    if drafter.method == "none":
+        return None
+    config: dict[str, Any] = {"method": drafter.method, "num_speculative_tokens": k}
+    if drafter.model is not None:
+        config["model"] = str(drafter.model.path)
+    if drafter.method == "ngram":
+        if drafter.prompt_lookup_min is not None:
+            config["prompt_lookup_min"] = drafter.prompt_lookup_min
+        if drafter.prompt_lookup_max is not None:
+            config["prompt_lookup_max"] = drafter.prompt_lookup_max
+    return config
+
+
+def speculative_json(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def attention_backend(playbook: Playbook) -> str | None:
+    """The backend to pass: the playbook's, else FLASH_ATTN for DFlash on a GPU, else none.
+
+    On the CPU there is one backend (which supports non-causal attention), so nothing is passed.
+    """
+    chosen, method = playbook.server.attention_backend, playbook.drafter.method
+    if playbook.engine.name != "vllm":
+        return chosen
+    if chosen is None:
+        return (
+            DFLASH_GPU_BACKEND if method == "dflash" and playbook.server.device == "cuda" else None
+        )
+    if method == "dflash" and chosen.upper() not in NON_CAUSAL_BACKENDS:
+        raise PlaybookError(
+            f"DFlash needs an attention backend with non-causal attention, not {chosen}",
+            source="playbook",
+            key="server.attention_backend",
+            hint=f"use one of {', '.join(sorted(NON_CAUSAL_BACKENDS))} or leave it unset",
+        )
+    return chosen
+
+
+def vllm_argv(playbook: Playbook, python: str) -> list[str]:
+    """``<python> -m vllm.entrypoints.cli.main serve …`` (not ``bin/vllm``: its shebang names the
+    venv path it was installed at, which a thin venv or a mounted one does not share)."""
+    server = playbook.server
+    argv = [python, "-m", VLLM_MODULE, "serve", str(playbook.model.path)]
+    argv += ["--served-model-name", playbook.served_name]
+    argv += ["--host", server.host, "--port", str(server.port)]
+    argv += ["--tensor-parallel-size", str(server.tensor_parallel_size)]
+    if server.max_model_len is not None:
+        argv += ["--max-model-len", str(server.max_model_len)]
+    if server.device == "cuda":
+        argv += ["--gpu-memory-utilization", _number(server.gpu_memory_utilization)]
+    backend = attention_backend(playbook)
+    if backend:
+        argv += ["--attention-backend", backend]
+    if server.enforce_eager:
+        argv.append("--enforce-eager")
+    config = speculative_config(playbook)
+    if config is not None:
+        argv += ["--speculative-config", speculative_json(config)]
+    return argv + list(server.extra_args)
+
+
+def sglang_argv(playbook: Playbook, python: str, target: TargetFacts) -> list[str]:
+    """``<python> -m sglang.launch_server …``.
+
+    SGLang counts the verify window (the anchor or root token plus the drafts), so
+    ``--speculative-num-draft-tokens`` is ``num_speculative_tokens + 1``: vLLM's k=15 for a
+    block-16 DFlash drafter is SGLang's 16.
+    """
+    server, drafter = playbook.server, playbook.drafter
+    if server.api_key_env:
+        raise PlaybookError(
+            "server.api_key_env is not supported with SGLang: it takes the key only as an "
+            "argument, and dflashops never writes a secret into argv or the spec",
+            source="playbook",
+            key="server.api_key_env",
+            hint="front SGLang with an authenticating proxy, or use vLLM",
+        )
+    argv = [python, "-m", SGLANG_MODULE, "--model-path", str(playbook.model.path)]
+    argv += ["--served-model-name", playbook.served_name]
+    argv += ["--host", server.host, "--port", str(server.port)]
+    argv += ["--tp-size", str(server.tensor_parallel_size)]
+    if server.device == "cpu":
+        argv += ["--device", "cpu"]
+    else:
+        argv += ["--mem-fraction-static", _number(server.gpu_memory_utilization)]
+    if server.max_model_len is not None:
+        argv += ["--context-length", str(server.max_model_len)]
+    if server.attention_backend:
+        argv += ["--attention-backend", server.attention_backend]
+    if server.enforce_eager:
+        argv.append("--disable-cuda-graph")
+    method, k = drafter.method, server.num_speculative_tokens
+    if method != "none":
+        assert k is not None  # the playbook model requires k with a method
+        argv += ["--speculative-algorithm", SGLANG_ALGORITHMS[method]]
+        if drafter.model is not None:
+            argv += ["--speculative-draft-model-path", str(drafter.model.path)]
+        if method in ("mtp", "eagle3"):
+            argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
+        argv += ["--speculative-num-draft-tokens", str(k + 1)]
+        if method == "ngram":
+            if drafter.prompt_lookup_min is not None:
+                argv += [
+                    "--speculative-ngram-min-match-window-size",
+                    str(drafter.prompt_lookup_min),
+                ]
+            if drafter.prompt_lookup_max is not None:
+                argv += [
+                    "--speculative-ngram-max-match-window-size",
+                    str(drafter.prompt_lookup_max),
+                ]
+        if target.hybrid_linear_attention:
+            # hybrid GDN targets must roll their recurrent state back on rejected drafts
+            argv += ["--mamba-scheduler-strategy", "extra_buffer"]
+    return argv + list(server.extra_args)
+
+
+def engine_argv(playbook: Playbook, python: str, target: TargetFacts | None = None) -> list[str]:
+    if playbook.engine.name == "sglang":
+        return sglang_argv(playbook, python, target or TargetFacts())
+    return vllm_argv(playbook, python)
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"

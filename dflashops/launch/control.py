@@ -1,0 +1,190 @@
+"""``stop``, ``restart`` and ``logs`` of the deployed server (the files stay as deployed)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from dflashops.errors import DflashopsError, ServerError
+from dflashops.inventory.load import Inventory
+from dflashops.launch import lifecycle
+from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S, connect_container, read_manifest
+from dflashops.launch.diagnose import diagnose
+from dflashops.launch.layout import DEFAULT_LAYOUT, Layout
+from dflashops.launch.manifest import DeployedManifest
+from dflashops.launch.readiness import HttpProber, wait_ready
+from dflashops.remote import SshConnection, put_atomic
+
+Progress = Callable[[str], None]
+FOLLOW_POLL_S = 1.0
+
+
+class StopReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    container: str
+    was_running: bool
+    pid: int | None = None
+
+
+class RestartReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    container: str
+    endpoint: str
+    pid: int
+    ready_in_s: float
+
+
+def stop_server(
+    inventory: Inventory, container_name: str, *, layout: Layout = DEFAULT_LAYOUT
+) -> StopReport:
+    """Stop the server (under systemd also disable it, so a reboot does not bring it back)."""
+    target = connect_container(inventory, container_name)
+    with target.conn as conn:
+        state = lifecycle.run_state(conn, layout)
+        if state.running:
+            lifecycle.stop(conn, systemd=state.systemd, layout=layout, disable=True)
+        manifest = read_manifest(conn, layout)
+        if manifest is not None and manifest.pid is not None:
+            _save(conn, manifest.model_copy(update={"pid": None, "started_at": None}), layout)
+    return StopReport(container=container_name, was_running=state.running, pid=state.server_pid)
+
+
+def restart_server(
+    inventory: Inventory,
+    container_name: str,
+    *,
+    progress: Progress | None = None,
+    timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    environ: Mapping[str, str] | None = None,
+    layout: Layout = DEFAULT_LAYOUT,
+) -> RestartReport:
+    """Stop and start the deployed server and wait until it is ready again."""
+    say = progress or (lambda _message: None)
+    env = os.environ if environ is None else environ
+    target = connect_container(inventory, container_name)
+    with target.conn as conn:
+        manifest = read_manifest(conn, layout)
+        if manifest is None:
+            raise DflashopsError(
+                f"nothing is deployed in {container_name}", hint="run `dflashops launch` first"
+            )
+        state = lifecycle.run_state(conn, layout)
+        systemd = manifest.supervisor == "systemd"
+        if state.running:
+            say(f"stopping pid {state.server_pid}")
+            lifecycle.stop(conn, systemd=systemd, layout=layout)
+        before = lifecycle.run_state(conn, layout)
+        say("starting the server")
+        pid = lifecycle.start(conn, before, systemd=systemd, layout=layout)
+        api_key = env.get(manifest.api_key_env) if manifest.api_key_env else None
+        prober = HttpProber(
+            manifest.endpoint.removesuffix("/v1"), manifest.served_model_name, api_key
+        )
+        watcher = lifecycle.Watcher(conn, layout, pid, before.events_size, before.log_size)
+        try:
+            result = wait_ready(
+                watcher,
+                prober,
+                model=manifest.served_model_name,
+                timeout_s=timeout_s,
+                progress=say,
+            )
+        finally:
+            prober.close()
+        if not result.ready:
+            code = result.last.exit_code if result.last else None
+            text = lifecycle.log_since(conn, layout, before.log_size)
+            cause = diagnose(text, code)
+            lifecycle.stop(conn, systemd=systemd, layout=layout)
+            raise ServerError(
+                f"restart failed: {cause.summary if cause else result.phase.value}; "
+                "the server is stopped",
+                log_tail=lifecycle.tail_of(text, 25),
+                hint=cause.hint if cause else None,
+            )
+        _save(
+            conn,
+            manifest.model_copy(
+                update={
+                    "pid": pid,
+                    "started_at": datetime.now(UTC),
+                    "ready_in_s": round(result.elapsed_s, 1),
+                }
+            ),
+            layout,
+        )
+    return RestartReport(
+        container=container_name,
+        endpoint=manifest.endpoint,
+        pid=pid,
+        ready_in_s=round(result.elapsed_s, 1),
+    )
+
+
+def _save(conn: SshConnection, manifest: DeployedManifest, layout: Layout) -> None:
+    put_atomic(conn, manifest.to_bytes(), layout.manifest, mode=0o600)
+
+
+def read_logs(
+    inventory: Inventory, container_name: str, *, lines: int, layout: Layout = DEFAULT_LAYOUT
+) -> str:
+    """The last ``lines`` lines of the server log."""
+    target = connect_container(inventory, container_name)
+    with target.conn as conn:
+        out = conn.run(
+            f"tail -n {int(lines)} {shlex.quote(layout.log)} 2>/dev/null",
+            ok_codes=None,
+            deadline=60.0,
+            display="tail log",
+        )
+    return out.stdout
+
+
+def follow_logs(
+    inventory: Inventory,
+    container_name: str,
+    *,
+    lines: int,
+    layout: Layout = DEFAULT_LAYOUT,
+    poll_s: float = FOLLOW_POLL_S,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Iterator[str]:
+    """The last ``lines`` lines, then whatever is appended (polled; each read is bounded).
+    A log that shrank (rotated or truncated) is read again from its start."""
+    q = shlex.quote(layout.log)
+    target = connect_container(inventory, container_name)
+    with target.conn as conn:
+        first = conn.run(
+            f"wc -c < {q} 2>/dev/null || echo 0; tail -n {int(lines)} {q} 2>/dev/null",
+            ok_codes=None,
+            deadline=60.0,
+            display="tail log",
+        ).stdout
+        size, _, text = first.partition("\n")
+        yield text
+        offset = int(size.strip() or 0)
+        while not should_stop():
+            time.sleep(poll_s)
+            chunk = conn.run(
+                f"n=$(wc -c < {q} 2>/dev/null || echo 0); echo $n; "
+                f'if [ "$n" -gt {offset} ]; then '
+                f"tail -c +{offset + 1} {q} | head -c $((n - {offset})); fi",
+                ok_codes=None,
+                deadline=60.0,
+                display="follow log",
+            ).stdout
+            head, _, body = chunk.partition("\n")
+            size_now = int(head.strip() or 0)
+            if size_now < offset:  # rotated or truncated: start over
+                offset = 0
+                continue
+            if body:
+                yield body
+            offset = size_now

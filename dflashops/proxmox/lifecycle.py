@@ -1,0 +1,227 @@
+"""``status`` and ``destroy`` for managed containers.
+
+Both find a container the way ``provision`` does (:func:`dflashops.proxmox.plan.locate`): by
+name, with the ``dflashops`` tag, at the inventory's vmid when it names one. ``destroy`` never
+touches anything else.
+
+``status`` reports the container part (PVE state, vmid, node, address, tags). The server part
+(process, port, engine version, speculative config, uptime) is filled by a :data:`ServerProbe`
+that ``launch`` provides; :func:`container_status` calls it for every running container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from dflashops.errors import DflashopsError, ProxmoxError
+from dflashops.inventory.load import Inventory
+from dflashops.inventory.models import MANAGED_TAG, Container
+from dflashops.proxmox.apply import ProvisionError
+from dflashops.proxmox.client import PveClient, is_not_found
+from dflashops.proxmox.facts import list_resources, split_tags
+from dflashops.proxmox.plan import locate, pve_supports_interfaces
+
+Progress = Callable[[str], None]
+
+
+class ContainerStatus(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    cluster: str
+    node: str
+    vmid: int | None = None
+    state: str = "absent"  # running | stopped | absent | refused | error
+    address: str | None = None
+    tags: list[str] = []
+    lock: str | None = None
+    uptime_s: int | None = None
+    note: str | None = None
+    server: dict[str, Any] | None = None  # filled by a ServerProbe (launch)
+
+
+# launch provides one: (inventory, container, its status with an address) -> the server part
+ServerProbe = Callable[[Inventory, Container, ContainerStatus], dict[str, Any] | None]
+
+
+def container_status(
+    inventory: Inventory,
+    names: Iterable[str] = (),
+    *,
+    server_probe: ServerProbe | None = None,
+) -> list[ContainerStatus]:
+    """One status per named container (all when none is named), in inventory order."""
+    clients: dict[str, PveClient] = {}
+    result = []
+    for ct in inventory.select(names):
+        entry = ContainerStatus(name=ct.name, cluster=ct.cluster, node=inventory.pve_node_name(ct))
+        try:
+            client = clients.get(ct.cluster) or PveClient.for_cluster(inventory, ct.cluster)
+            clients[ct.cluster] = client
+            _fill(ct, client, entry)
+        except DflashopsError as exc:
+            entry.state, entry.note = "error", exc.one_line()
+        if server_probe is not None and entry.state == "running":
+            entry.server = server_probe(inventory, ct, entry)
+        result.append(entry)
+    return result
+
+
+def _fill(ct: Container, client: PveClient, entry: ContainerStatus) -> None:
+    resources = list_resources(client)
+    found, issues = locate(ct, resources)
+    if issues:
+        entry.state, entry.note = "refused", "; ".join(issues)
+        return
+    if found is None:
+        return
+    entry.vmid, entry.node = found.vmid, found.node
+    entry.tags, entry.lock = list(found.tags), found.lock
+    current = client.ct_status(found.node, found.vmid)
+    entry.state = str(current.get("status", found.status))
+    if entry.state == "running":
+        entry.uptime_s = int(current.get("uptime") or 0)
+        entry.address = _address(ct, client, found.node, found.vmid)
+    else:
+        entry.address = ct.ssh.host or ct.network.address
+
+
+def _address(ct: Container, client: PveClient, node: str, vmid: int) -> str | None:
+    if pve_supports_interfaces(client.version()):
+        try:
+            for iface in client.ct_interfaces(node, vmid):
+                if iface.get("name") == "eth0" and iface.get("inet"):
+                    return str(iface["inet"]).split("/", 1)[0]
+        except ProxmoxError:
+            pass
+    return ct.ssh.host or ct.network.address
+
+
+# --------------------------------------------------------------------------- destroy
+
+
+class DestroyResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    node: str
+    vmid: int | None = None
+    outcome: Literal["destroy", "destroyed", "absent", "refused", "failed"]
+    note: str | None = None
+
+
+def destroy_targets(inventory: Inventory, names: Iterable[str]) -> list[DestroyResult]:
+    """What ``destroy`` would do: each container found (``destroy``), absent, or refused."""
+    clients: dict[str, PveClient] = {}
+    result = []
+    for ct in inventory.select(names):
+        client = clients.get(ct.cluster) or PveClient.for_cluster(inventory, ct.cluster)
+        clients[ct.cluster] = client
+        found, issues = locate(ct, list_resources(client))
+        node = inventory.pve_node_name(ct)
+        if issues:
+            result.append(
+                DestroyResult(
+                    name=ct.name, node=node, vmid=None, outcome="refused", note="; ".join(issues)
+                )
+            )
+        elif found is None:
+            result.append(DestroyResult(name=ct.name, node=node, outcome="absent"))
+        else:
+            result.append(
+                DestroyResult(
+                    name=ct.name,
+                    node=found.node,
+                    vmid=found.vmid,
+                    outcome="destroy",
+                    note=f"{found.status}" + (f", lock {found.lock}" if found.lock else ""),
+                )
+            )
+    return result
+
+
+def destroy(
+    inventory: Inventory,
+    names: Iterable[str],
+    *,
+    progress: Progress | None = None,
+    confirm: Callable[[list[DestroyResult]], bool] | None = None,
+    lock_wait_s: float = 300.0,
+    task_timeout_s: float = 600.0,
+) -> list[DestroyResult]:
+    """Stop and delete (``purge=1``) each named managed container; refused ones stay."""
+    say = progress or (lambda _m: None)
+    names = list(names)
+    if not names:
+        raise ProvisionError("name the containers to destroy")
+    targets = destroy_targets(inventory, names)
+    doomed = [t for t in targets if t.outcome == "destroy"]
+    if doomed and confirm is not None and not confirm(targets):
+        raise ProvisionError("nothing destroyed: not confirmed")
+    for target in doomed:
+        ct = inventory.container(target.name)
+        client = PveClient.for_cluster(inventory, ct.cluster)
+        if target.vmid is None:
+            continue
+        try:
+            _recheck(client, ct, target.node, target.vmid)
+            _destroy_one(
+                client,
+                target.node,
+                vmid=target.vmid,
+                say=say,
+                lock_wait_s=lock_wait_s,
+                task_timeout_s=task_timeout_s,
+            )
+            target.outcome, target.note = "destroyed", None
+        except DflashopsError as exc:
+            target.outcome, target.note = "failed", exc.one_line()
+    return targets
+
+
+def _recheck(client: PveClient, ct: Container, node: str, vmid: int) -> None:
+    """Right before deleting: the vmid still holds our name and tag (it may have changed)."""
+    config = client.ct_config(node, vmid)
+    name = str(config.get("hostname", ""))
+    if name != ct.name or MANAGED_TAG not in split_tags(config.get("tags")):
+        raise ProvisionError(
+            f"vmid {vmid} is now {name!r} with tags {config.get('tags')!r}: not destroyed"
+        )
+
+
+def _destroy_one(
+    client: PveClient,
+    node: str,
+    *,
+    vmid: int,
+    say: Progress,
+    lock_wait_s: float,
+    task_timeout_s: float,
+) -> None:
+    status = client.ct_status(node, vmid).get("status")
+    if status == "running":
+        say(f"CT {vmid}: stopping")
+        try:
+            client.run_task(
+                f"CT {vmid}: stop",
+                lambda: str(client.post(client.ct_path(node, vmid, "status", "stop"))),
+                timeout_s=task_timeout_s,
+                lock_wait_s=lock_wait_s,
+            )
+        except ProxmoxError as exc:
+            if "not running" not in exc.message:
+                raise
+    say(f"CT {vmid}: destroying")
+    try:
+        client.run_task(
+            f"CT {vmid}: destroy",
+            lambda: str(client.delete(client.ct_path(node, vmid), purge=1)),
+            timeout_s=task_timeout_s,
+            lock_wait_s=lock_wait_s,
+        )
+    except ProxmoxError as exc:
+        if not is_not_found(exc):  # gone meanwhile (another destroy): that is the goal
+            raise
