@@ -121,6 +121,69 @@ def diff(
     Console().print(diff_view(report))
 
 
+@drafter.command("push")
+@click.argument("name")
+@click.option(
+    "-p", "--playbook", "playbook_name", metavar="PLAYBOOK", help="Playbook name or file."
+)
+@click.option(
+    "--from",
+    "source",
+    metavar="REF|FILE",
+    help="Reference entry name or entry file (default: the playbook's drafter.ref, else matched).",
+)
+@click.option("--dry-run", is_flag=True, help="Show the keys that would change; write nothing.")
+@_REGISTRY
+@_JSON
+@click.pass_obj
+def push(
+    app: Any,
+    name: str,
+    *,
+    playbook_name: str | None,
+    source: str | None,
+    dry_run: bool,
+    registry_paths: tuple[Path, ...],
+    as_json: bool,
+) -> None:
+    """Correct the drafter config.json in container NAME from a reference.
+
+    Only keys the reference is certain of are written (see `drafter refs`); keys it does not
+    know are never removed or replaced. The file is replaced atomically after a sha256 check,
+    the old one kept as config.json.<UTC time>.bak, then re-read and re-checked. A running
+    server keeps the config it started with: the output says when a relaunch is needed.
+    """
+    from dflashops.cli.progress import spinner
+    from dflashops.drafter.push import push_drafter_config
+    from dflashops.playbook.load import load_playbook, playbook_for_container
+
+    inventory = app.inventory()
+    book = load_playbook(playbook_for_container(name, playbook_name))
+    with spinner("drafter push", enabled=not as_json) as say:
+        result = push_drafter_config(
+            inventory,
+            name,
+            book,
+            source=source,
+            dry_run=dry_run,
+            progress=say,
+            registry_paths=registry_paths,
+        )
+    if as_json:
+        click.echo(dump_json(result.to_json()))
+        return
+    verb = "would change" if dry_run else "changed"
+    click.echo(f"{result.path} against {result.reference}: {len(result.changes)} key(s) {verb}")
+    for change in result.changes:
+        click.echo(f"  {change.line()}")
+    if result.pushed:
+        click.echo(f"pushed (sha256 {result.sha256}); previous file kept as {result.backup}")
+    for finding in result.findings:
+        click.echo(f"  re-check: {finding}")
+    if result.server_note:
+        click.echo(result.server_note)
+
+
 @drafter.command("refs")
 @_REGISTRY
 @_JSON
