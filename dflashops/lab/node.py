@@ -188,6 +188,8 @@ def node_mounts(root: Path, etc_pve: Path) -> list[Mount]:
         Mount.bind(root / "sbin", "/usr/local/sbin"),
         Mount.bind(etc_pve, "/etc/pve", read_only=False),
         Mount.tmpfs("/srv"),
+        # a private /root: root's ~/.bashrc here runs `pyenv init`, slow and lock-taking
+        Mount.tmpfs("/root"),
     ]
 
 
