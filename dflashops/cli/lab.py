@@ -86,4 +86,45 @@ def status(as_json: bool) -> None:
     Console().print(table)
 
 
+@lab.command("demo")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the demo's report as one JSON document."
+)
+def demo(as_json: bool) -> None:
+    """The main job on the embedded default: lab up, provision, launch vLLM with DFlash, ask, bench.
+
+    \b
+    Stages (each the real command's core call, against the lab):
+      1. the lab's vLLM CPU runtime and tiny models (built once, cached)
+      2. lab up: PVE API double, PVE node host, bridge
+      3. provision lab-ct1 through the PVE API double
+      4. launch the lab-dflash playbook in it (bundled server -> vLLM + DFlash)
+      5. a first chat completion; the server's vllm:spec_decode_* counters
+      6. bench: client latencies plus spec-decode counters and log windows
+    Re-running is safe: every stage is idempotent.
+    """
+    from dflashops.lab.demo import run_demo
+
+    with spinner("lab demo", enabled=not as_json) as say:
+        report = run_demo(progress=say)
+    if as_json:
+        click.echo(dump_json(report.to_json()))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="dflashops lab demo")
+    for column in ("stage", "result", "seconds"):
+        table.add_column(column)
+    for name, result, seconds in report.stages:
+        table.add_row(name, result, f"{seconds:.1f}")
+    console = Console()
+    console.print(table)
+    console.print(f"server: {report.endpoint} (model {report.model!r})")
+    console.print(f"first reply: {report.first_reply!r}")
+    console.print(f"spec-decode counters: {report.spec_decode}")
+    console.print(f"bench: {report.bench} (saved to {report.bench_file})")
+    console.print(f"inventory: dflashops -i {report.inventory} status")
+
+
 lab.add_command(models)

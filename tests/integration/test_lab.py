@@ -7,10 +7,7 @@ same machine is never touched.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +15,9 @@ import pytest
 
 from dflashops.errors import ProxmoxError
 from dflashops.inventory.load import Inventory, load_inventory
-from dflashops.lab.hosts import netns_unavailable_reason
 from dflashops.proxmox.client import PveClient
 from dflashops.remote import SshConnection
+from tests.support.lab import isolated_lab_env, require_lab, run_cli
 
 pytestmark = pytest.mark.root
 
@@ -28,47 +25,15 @@ CIDR = "10.200.9.0/24"
 TEMPLATE = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    reason = netns_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    state = tmp_path_factory.mktemp("labstate")
-    env = {
-        **os.environ,
-        "DFLASHOPS_LAB_STATE": str(state / "lab"),
-        "DFLASHOPS_LAB_RUN": "/run/dflashops-labtest",
-        "DFLASHOPS_LAB_BRIDGE": "dfolabt0",
-        "DFLASHOPS_LAB_CIDR": CIDR,
-        "DFLASHOPS_LAB_API_PORT": str(_free_port()),
-        "DFLASHOPS_LAB_NODE_HOST": "dfo-nodet",
-    }
+    require_lab()
+    env = isolated_lab_env(tmp_path_factory.mktemp("labstate"), tag="t", cidr=CIDR)
     yield env
     dflashops(env, "lab", "down", check=False)
 
 
-def dflashops(
-    env: dict[str, str], *args: str, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "dflashops.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"dflashops {' '.join(args)} exited {done.returncode}: {done.stderr}")
-    return done
+dflashops = run_cli
 
 
 @pytest.fixture(scope="module")

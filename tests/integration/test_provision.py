@@ -10,10 +10,6 @@ on a PVE 8.0 cgroup v1 node (raw lxc lines over SSH, no interfaces endpoint).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,12 +21,12 @@ import pytest
 import yaml
 
 from dflashops.inventory.load import Inventory, load_inventory
-from dflashops.lab.hosts import netns_unavailable_reason
 from dflashops.proxmox.apply import ProvisionOptions, provision
 from dflashops.proxmox.client import PveClient
 from dflashops.proxmox.facts import list_resources
 from dflashops.proxmox.report import ProvisionReport
 from dflashops.remote import SshConnection
+from tests.support.lab import isolated_lab_env, require_lab, run_cli
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 
@@ -41,27 +37,7 @@ OPTIONS = ProvisionOptions(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def dflashops(
-    env: dict[str, str], *args: str, check: bool = True, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "dflashops.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"dflashops {' '.join(args)} exited {done.returncode}: {done.stderr}")
-    return done
+dflashops = run_cli
 
 
 @dataclass
@@ -114,26 +90,10 @@ def ct(vmid: int | str, host: int, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="class")
 def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    reason = netns_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
+    require_lab()
     workdir = tmp_path_factory.mktemp("provision")
-    env = {
-        **os.environ,
-        "DFLASHOPS_LAB_STATE": str(workdir / "lab"),
-        "DFLASHOPS_LAB_RUN": "/run/dflashops-labp",
-        "DFLASHOPS_LAB_BRIDGE": "dfolabp0",
-        "DFLASHOPS_LAB_CIDR": CIDR,
-        "DFLASHOPS_LAB_API_PORT": str(_free_port()),
-        "DFLASHOPS_LAB_NODE_HOST": "dfo-nodep",
-    }
     spec = getattr(request.cls, "NODE_SPEC", None)
-    if spec is not None:
-        spec_file = workdir / "node-spec.json"
-        spec_file.write_text(json.dumps(spec))
-        env["DFLASHOPS_LAB_NODE_SPEC"] = str(spec_file)
+    env = isolated_lab_env(workdir, tag="p", cidr=CIDR, node_spec=spec)
     dflashops(env, "lab", "down", check=False)  # leftovers of a crashed earlier run
     try:
         status = json.loads(dflashops(env, "lab", "up", "--json").stdout)
