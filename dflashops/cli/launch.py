@@ -25,31 +25,9 @@ _TIMEOUT = click.option(
 
 
 def _playbook_path(container: str, given: str | None) -> Path:
-    """``-p`` as given, else the one playbook whose ``container:`` is ours (a name in
-    ./playbooks hides the same name shipped with dflashops)."""
-    from dflashops.playbook.load import playbook_dirs, resolve_playbook_path
+    from dflashops.playbook.load import playbook_for_container
 
-    if given is not None:
-        return resolve_playbook_path(given)
-    import yaml
-
-    found: list[Path] = []
-    seen: set[str] = set()
-    for folder in playbook_dirs():
-        for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
-            if path.stem in seen:
-                continue
-            seen.add(path.stem)
-            try:
-                doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError):
-                continue
-            if isinstance(doc, dict) and doc.get("container") == container:
-                found.append(path)
-    if len(found) == 1:
-        return found[0]
-    what = "no playbook" if not found else f"{len(found)} playbooks ({', '.join(map(str, found))})"
-    raise click.UsageError(f"{what} in playbooks/ name container {container}; pass -p PLAYBOOK")
+    return playbook_for_container(container, given)
 
 
 @click.command()
@@ -181,7 +159,7 @@ def _show_plan(console: Any, report: Any) -> None:
         if diff:
             console.print(Syntax(diff, "diff", theme="ansi_dark", word_wrap=True))
     console.print(f"drafter check: {report.drafter_validation}", highlight=False)
-    verdict = "would (re)start" if "changed" in report.reason or "not" in report.reason else "no"
+    verdict = "would (re)start the server" if report.restart_needed else "no restart"
     console.print(f"{verdict}: {report.reason}", highlight=False)
 
 

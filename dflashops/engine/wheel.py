@@ -1,8 +1,9 @@
 """dflashops' own wheel, built once per source state and cached, for the engine venvs.
 
 The cache key is the version plus a digest of the package's files (and ``templates/``,
-``playbooks/`` and ``pyproject.toml``), not the version alone: during development the code changes while the
-version stays, and a container must never run other code than the CLI that launched it.
+``playbooks/`` and ``pyproject.toml``), not the version alone: during development the code
+changes while the version stays, and a container must never run other code than the CLI that
+launched it.
 Builds use hatchling's API (the build backend) with a fixed ``SOURCE_DATE_EPOCH``, so the same
 source gives the same wheel bytes; without hatchling, ``pip wheel`` builds it.
 ``DFLASHOPS_WHEEL`` names a prebuilt wheel instead (an installed CLI without a checkout).

@@ -213,6 +213,7 @@ class _Launch:
             host=self.target.address,
             playbook=self.playbook.name,
             action="dry-run",
+            restart_needed=decision.restart,
             reason=decision.reason,
             endpoint=self.endpoint,
             supervisor=rendered.supervisor,
@@ -307,10 +308,14 @@ class _Launch:
         self.say(f"pushing {len(rendered.files)} files")
         uploads = [FileUpload(f.path, f.content, f.mode) for f in rendered.files]
         pushed = put_files(conn, uploads)
-        if state.running:
-            self.say(f"stopping the running server (pid {state.server_pid})")
-            lifecycle.stop(conn, systemd=systemd, layout=layout)
-        before = lifecycle.run_state(conn, layout)
+        try:
+            if state.running:
+                self.say(f"stopping the running server (pid {state.server_pid})")
+                lifecycle.stop(conn, systemd=systemd, layout=layout)
+            before = lifecycle.run_state(conn, layout)
+        except DflashopsError:
+            restore(conn, pushed)  # the old server may still run: give it its files back
+            raise
         attempt = _Attempt(before, pushed, state.running, manifest, systemd)
         started_at = datetime.now(UTC)
         self.say("starting the server")

@@ -117,9 +117,10 @@ def start_script(layout: Layout, *, systemd: bool) -> str:
     when one already runs: two supervisors would fight over the port)."""
     q = shlex.quote
     if systemd:
+        # reset-failed: a unit that hit its start limit refuses to start otherwise
         return (
-            f"systemctl daemon-reload && systemctl enable --quiet {UNIT_NAME} && "
-            f"systemctl restart {UNIT_NAME}"
+            f"systemctl daemon-reload && systemctl reset-failed {UNIT_NAME} 2>/dev/null; "
+            f"systemctl enable --quiet {UNIT_NAME} && systemctl restart {UNIT_NAME}"
         )
     supervisor = q(layout.supervisor)
     return _script(

@@ -23,6 +23,7 @@ class LaunchReport(BaseModel):
     host: str
     playbook: str
     action: LaunchAction
+    restart_needed: bool
     reason: str
     endpoint: str
     pid: int | None = None

@@ -5,9 +5,10 @@
 
 Every ``{{ … }}`` must pass through a quoting filter: ``q`` (POSIX shell, :func:`shlex.quote`),
 ``envname`` (a variable name, checked), ``unit`` (a systemd value from a safe alphabet,
-checked) or ``comment`` (inside a ``#`` comment: joined onto one line, since a newline would end
-the comment and run the rest). The environment's ``finalize`` hook refuses any other value, so a template that
-forgets to quote fails to render instead of producing a script that runs what a value says.
+checked) or ``comment`` (inside a ``#`` comment: joined onto one line, since a newline would
+end the comment and run the rest). The environment's ``finalize`` hook refuses any other value,
+so a template that forgets to quote fails to render instead of producing a script that runs
+what a value says.
 Undefined names fail too (``StrictUndefined``).
 """
 

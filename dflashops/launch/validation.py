@@ -51,21 +51,27 @@ class DrafterValidation:
 
 
 def fetch_model_meta(
-    conn: SshConnection, remote_dir: str, local_dir: Path, *, weights: bool
+    conn: SshConnection,
+    remote_dir: str,
+    local_dir: Path,
+    *,
+    weights: bool,
+    names: tuple[str, ...] = (*META_FILES, INDEX_FILE),
 ) -> list[str]:
-    """Copy ``remote_dir``'s config and tokenizer files (and safetensors headers when
-    ``weights``) into ``local_dir``; return the names copied. A missing config.json raises."""
+    """Copy ``remote_dir``'s ``names`` that exist (config and tokenizer files by default) and,
+    when ``weights``, its safetensors headers into ``local_dir``; return the names copied.
+    A missing config.json raises."""
     local_dir.mkdir(parents=True, exist_ok=True)
 
     def copy(sftp: Any) -> list[str]:
-        names = set(sftp.listdir(remote_dir))
-        if "config.json" not in names:
+        present = set(sftp.listdir(remote_dir))
+        if "config.json" not in present:
             raise DrafterError(f"{remote_dir} in the container has no config.json")
-        wanted = [n for n in (*META_FILES, INDEX_FILE) if n in names]
+        wanted = [n for n in names if n in present]
         for name in wanted:
             _copy_file(sftp, posixpath.join(remote_dir, name), local_dir / name)
         if weights:
-            for name in _shards(local_dir, names):
+            for name in _shards(local_dir, present):
                 _copy_header(sftp, posixpath.join(remote_dir, name), local_dir / name)
                 wanted.append(name)
         return wanted
@@ -122,9 +128,12 @@ def validate(conn: SshConnection, playbook: Playbook) -> tuple[DrafterValidation
     drafter = playbook.drafter
     with tempfile.TemporaryDirectory(prefix="dflashops-launch-") as tmp:
         target_dir = Path(tmp) / "target" / playbook.model.path.name
-        fetch_model_meta(conn, str(playbook.model.path), target_dir, weights=False)
+        checked = drafter.method == "dflash" and drafter.model is not None
+        # without a DFlash check only the target's config is needed (the engine arguments)
+        names = (*META_FILES, INDEX_FILE) if checked else ("config.json",)
+        fetch_model_meta(conn, str(playbook.model.path), target_dir, weights=False, names=names)
         target = TargetFacts(hybrid_linear_attention=_hybrid(target_dir))
-        if drafter.method != "dflash" or drafter.model is None:
+        if not checked or drafter.model is None:
             reason = f"method {drafter.method} has no DFlash drafter config to check"
             return DrafterValidation("not run", reason=reason), target
         # the folder name is kept: the registry matches drafters by name

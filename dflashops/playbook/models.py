@@ -115,6 +115,20 @@ class Server(Strict):
     extra_args: list[str] = []
     env: dict[ENV_NAME, str] = {}
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values_are_text(cls, value: object) -> object:
+        # `--set server.env.X=1` parses 1 as a number; environment values are always text
+        if isinstance(value, dict):
+            return {key: _env_text(item) for key, item in value.items()}
+        return value
+
+
+def _env_text(value: object) -> object:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value) if isinstance(value, int | float) else value
+
 
 class Bench(Strict):
     """The default benchmark workload for ``bench`` and ``tune``."""
