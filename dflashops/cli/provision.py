@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -178,24 +178,50 @@ def _render_destroy(results: list[DestroyResult]) -> None:
 def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
     """One view per container: PVE state, vmid, node, address, tags (and the server, once
     launched)."""
+    from dflashops.launch.status import status_probe
     from dflashops.proxmox.lifecycle import container_status
 
-    entries = container_status(app.inventory(), names)
+    entries = container_status(app.inventory(), names, server_probe=status_probe)
     if as_json:
         click.echo(dump_json([e.model_dump(mode="json") for e in entries]))
         return
     _render_status(entries)
 
 
+def _server_cell(server: dict[str, Any] | None) -> str:
+    """``vllm 0.32.0 dflash k=4, up 5m, http://…/v1`` or why not."""
+    if not server:
+        return "-"
+    if server.get("problem"):
+        return str(server["problem"])
+    if not server.get("running"):
+        return "deployed, not running" if server.get("deployed") else "none"
+    spec = f"{server.get('method') or 'none'}"
+    if server.get("num_speculative_tokens"):
+        spec += f" k={server['num_speculative_tokens']}"
+    uptime = server.get("uptime_s")
+    up = f", up {uptime // 60}m" if isinstance(uptime, int) else ""
+    return (
+        f"{server.get('engine')} {server.get('engine_version')} {spec}{up}\n"
+        f"{server.get('endpoint') or ''}"
+    )
+
+
 def _render_status(entries: list[ContainerStatus]) -> None:
     from rich.table import Table
 
     table = Table()
-    for column in ("container", "vmid", "node", "state", "address", "tags", "note"):
+    for column in ("container", "vmid", "node", "state", "address", "server", "note"):
         table.add_column(column, overflow="fold")
     for e in entries:
         note = e.note or (f"lock {e.lock}" if e.lock else "")
         table.add_row(
-            e.name, str(e.vmid or "-"), e.node, e.state, e.address or "-", ";".join(e.tags), note
+            e.name,
+            str(e.vmid or "-"),
+            e.node,
+            e.state,
+            e.address or "-",
+            _server_cell(e.server),
+            note,
         )
     _console().print(table)

@@ -173,7 +173,37 @@ def lab_status(paths: LabPaths | None = None, *, query_api: bool = True) -> LabS
     status.mounts = ready.get("mounts", {})
     if query_api:
         status.containers = _containers(paths)
+        status.servers = _servers(paths, status.containers)
     return status
+
+
+def _servers(paths: LabPaths, containers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The inference server in each running lab container (what ``launch`` deployed)."""
+    from dflashops.inventory.load import load_inventory
+    from dflashops.launch.status import status_probe
+    from dflashops.proxmox.lifecycle import ContainerStatus
+
+    inv = load_inventory(paths.inventory)
+    found = []
+    for entry in containers:
+        name = entry.get("name")
+        if entry.get("status") != "running" or name not in inv.containers:
+            continue
+        ct = inv.container(str(name))
+        probe = ContainerStatus(name=ct.name, cluster=ct.cluster, node=LAB_NODE)
+        probe.address = entry.get("address")
+        server = status_probe(inv, ct, probe) or {}
+        if server.get("running"):
+            found.append(
+                {
+                    "container": name,
+                    "url": server.get("endpoint"),
+                    "engine": f"{server.get('engine')} {server.get('engine_version')}",
+                    "method": server.get("method"),
+                    "num_speculative_tokens": server.get("num_speculative_tokens"),
+                }
+            )
+    return found
 
 
 def _containers(paths: LabPaths) -> list[dict[str, Any]]:

@@ -179,3 +179,21 @@ def server_status(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> Serve
     """The server's state in the container ``conn`` reaches."""
     out = conn.run(status_script(layout), deadline=STATUS_DEADLINE_S, display="server status")
     return parse_status(out.stdout, conn.host)
+
+
+def status_probe(inventory: Any, container: Any, entry: Any) -> dict[str, Any] | None:
+    """The :data:`~dflashops.proxmox.lifecycle.ServerProbe` for ``dflashops status``: the server
+    part of one running container, or its problem when SSH fails (never raises)."""
+    from dflashops.errors import DflashopsError
+    from dflashops.remote import SshConnection
+
+    host = entry.address or container.ssh_host
+    if not host:
+        return {"problem": "no address to reach the container over SSH"}
+    try:
+        with SshConnection.from_access(
+            container.ssh, host=host, name=container.name, deadline=30.0, connect_attempts=1
+        ) as conn:
+            return server_status(conn).model_dump(mode="json")
+    except DflashopsError as exc:
+        return {"problem": exc.one_line()}
