@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
+from dflashops.bench.http1 import Http1Connection, Http1Error, lean_target
 from dflashops.bench.models import RequestRecord
 from dflashops.bench.stats import tpot_ms
 from dflashops.bench.workload import PromptSpec
@@ -54,6 +56,10 @@ class Endpoint:
     def url(self, path: str) -> str:
         return self.root() + path
 
+    def base_path(self) -> str:
+        """The path part of the root (``""`` for a server at ``/``), for raw HTTP requests."""
+        return urlsplit(self.root()).path.rstrip("/")
+
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
@@ -70,12 +76,17 @@ class ServerInfo:
 
 @dataclass(frozen=True)
 class RequestOptions:
-    """Sampling for every request (a prompt's own max_tokens/temperature win)."""
+    """Sampling for every request (a prompt's own max_tokens/temperature win).
+
+    ``thinking`` sets ``chat_template_kwargs.enable_thinking`` on chat requests (Qwen3-style
+    templates); None sends nothing. vLLM drops template kwargs a template does not use.
+    """
 
     max_tokens: int
     temperature: float = 0.0
     ignore_eos: bool = False
     max_model_len: int | None = None
+    thinking: bool | None = None
 
 
 def make_client(endpoint: Endpoint, concurrency: int) -> httpx.AsyncClient:
@@ -144,6 +155,23 @@ async def scrape_metrics(client: httpx.AsyncClient, endpoint: Endpoint) -> str |
     return response.text if response.status_code == 200 else None
 
 
+async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: Endpoint) -> bool | None:
+    """POST ``/reset_prefix_cache``: True when done, None when the server does not offer it.
+
+    vLLM serves it only with ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise, and 405 on servers that
+    know the path for GET only); an error reply or a lost connection is False.
+    """
+    import httpx
+
+    try:
+        response = await client.post(endpoint.url("/reset_prefix_cache"))
+    except httpx.HTTPError:
+        return False
+    if response.status_code in (404, 405):
+        return None
+    return response.status_code == 200
+
+
 def cap_max_tokens(requested: int, max_model_len: int | None, prompt_text: str) -> int:
     """``requested``, lowered so prompt + output fits ``max_model_len`` (a conservative budget)."""
     if max_model_len is None:
@@ -156,6 +184,21 @@ def cap_max_tokens(requested: int, max_model_len: int | None, prompt_text: str) 
             hint="use a shorter workload or a larger --max-model-len",
         )
     return min(requested, budget)
+
+
+def max_tokens_caps(prompts: Sequence[PromptSpec], options: RequestOptions) -> list[str]:
+    """One warning per prompt whose max_tokens ``max_model_len`` lowers (the reference request
+    asks for 2000 tokens; a small lab model serves 512)."""
+    warnings = []
+    for prompt in {p.id: p for p in prompts}.values():
+        wanted = prompt.max_tokens or options.max_tokens
+        capped = cap_max_tokens(wanted, options.max_model_len, prompt.text())
+        if capped < wanted:
+            warnings.append(
+                f"prompt {prompt.id!r}: max_tokens {wanted} capped to {capped} to fit the "
+                f"server's max_model_len {options.max_model_len}"
+            )
+    return warnings
 
 
 def build_payload(
@@ -175,6 +218,8 @@ def build_payload(
         payload["ignore_eos"] = True
     if endpoint.api == "chat":
         payload["messages"] = prompt.chat_messages()
+        if options.thinking is not None:
+            payload["chat_template_kwargs"] = {"enable_thinking": options.thinking}
     elif prompt.prompt is None:
         raise BenchmarkError(f"prompt {prompt.id!r} has chat messages; use --api chat")
     else:
@@ -197,6 +242,46 @@ class _Stream:
     output_tokens: int | None = None
     error: str | None = None
     gaps: list[float] = field(default_factory=list)
+    done: bool = False
+    _pending: bytes = b""
+
+    def feed(self, data: bytes, now: float) -> bool:
+        """Take the complete SSE events in ``data`` (the rest waits for the next read), all
+        stamped ``now``; True once the stream is over (``[DONE]`` or an error)."""
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+        buffer = self._pending + data if self._pending else data
+        pos = 0
+        while not self.done:
+            end = buffer.find(b"\n\n", pos)
+            if end < 0:
+                break
+            self._event(buffer[pos:end], now)
+            pos = end + 2
+        self._pending = b"" if self.done else buffer[pos:]
+        return self.done
+
+    def _event(self, event: bytes, now: float) -> None:
+        # "data:" lines; blank lines, ": ping" comments and "event:" names are not data
+        if event.startswith(b"data:") and b"\ndata:" not in event:
+            data = event[5:].strip()
+        else:
+            lines = [ln[5:].strip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
+            if not lines:
+                return
+            data = b"\n".join(lines)
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            self.error = f"bad stream data: {data[:80]!r}"
+            self.done = True
+            return
+        if isinstance(chunk, dict):
+            self.take(chunk, now)
+            self.done = self.error is not None
 
     def take(self, data: dict[str, Any], now: float) -> None:
         if "error" in data:
@@ -214,7 +299,7 @@ class _Stream:
         self.first_choice = self.first_choice or now
         self.last_choice = now
         self.finish_reason = choice.get("finish_reason") or self.finish_reason
-        if _choice_text(choice):
+        if _carries_text(choice):
             if self.last_text is None:
                 self.first_text = now
             else:
@@ -223,11 +308,13 @@ class _Stream:
             self.chunks += 1
 
 
-def _choice_text(choice: dict[str, Any]) -> str:
-    if isinstance(choice.get("text"), str):
-        return str(choice["text"])
-    delta = choice.get("delta") or {}
-    return "".join(str(delta.get(key) or "") for key in _TEXT_FIELDS)
+def _carries_text(choice: dict[str, Any]) -> bool:
+    """Whether a choice carries generated text (runs once per chunk: kept cheap)."""
+    text = choice.get("text")
+    if isinstance(text, str):
+        return bool(text)
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and any(delta.get(key) for key in _TEXT_FIELDS)
 
 
 def _int_or_none(value: object) -> int | None:
@@ -241,33 +328,47 @@ async def stream_request(
     *,
     prompt_id: str,
     level_start: float,
+    conn: Http1Connection | None = None,
 ) -> RequestRecord:
-    """Send one streamed request and measure it; failures become a record with ``error``."""
+    """Send one streamed request and measure it; failures become a record with ``error``.
+
+    ``conn`` (plain-http servers) carries the stream on the lean HTTP/1.1 client, else httpx.
+    """
     import httpx
 
+    body = json.dumps(payload, separators=(",", ":")).encode()
     stream = _Stream(sent=time.perf_counter())
+    path = API_PATHS[endpoint.api]
     try:
-        async with client.stream("POST", endpoint.url(API_PATHS[endpoint.api]), json=payload) as r:
-            if r.status_code != 200:
-                await r.aread()
-                stream.error = f"HTTP {r.status_code}: {_error_text(r)}"
+        async with asyncio.timeout(endpoint.timeout_s):
+            if conn is not None:
+                status, error_body = await conn.post_stream(
+                    endpoint.base_path() + path, body, stream.feed
+                )
+                if status != 200:
+                    stream.error = f"HTTP {status}: {_error_body_text(error_body)}"
             else:
-                async for line in r.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue  # blank separators, ": ping" comments, event names
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    now = time.perf_counter()
-                    try:
-                        chunk = json.loads(data)
-                    except json.JSONDecodeError:
-                        stream.error = f"bad stream data: {data[:80]!r}"
-                        break
-                    if isinstance(chunk, dict):
-                        stream.take(chunk, now)
-                    if stream.error:
-                        break
+                request = client.build_request(
+                    "POST",
+                    endpoint.url(path),
+                    content=body,
+                    headers={"Content-Type": "application/json"},
+                )
+                response = await client.send(request, stream=True)
+                try:
+                    if response.status_code != 200:
+                        await response.aread()
+                        stream.error = f"HTTP {response.status_code}: {_error_text(response)}"
+                    else:
+                        async for data in response.aiter_raw():
+                            if stream.feed(data, time.perf_counter()):
+                                break
+                finally:
+                    await response.aclose()
+    except TimeoutError:
+        stream.error = f"timed out after {endpoint.timeout_s:g} s"
+    except Http1Error as exc:
+        stream.error = str(exc)
     except httpx.HTTPError as exc:
         stream.error = _describe(exc)
     return _record(stream, prompt_id, payload, level_start)
@@ -320,15 +421,29 @@ async def run_requests(
     pending = iter(range(len(prompts)))
     start = time.perf_counter()
 
+    lean = lean_target(endpoint.root())
+
     async def worker() -> None:
         # each worker takes the next index: exactly `concurrency` requests in flight until drained
-        for index in pending:
-            record = await stream_request(
-                client, endpoint, payloads[index], prompt_id=prompts[index].id, level_start=start
-            )
-            records[index] = record
-            if on_done is not None:
-                on_done(record)
+        conn = None
+        if lean is not None:
+            conn = Http1Connection(*lean, headers=endpoint.headers())
+        try:
+            for index in pending:
+                record = await stream_request(
+                    client,
+                    endpoint,
+                    payloads[index],
+                    prompt_id=prompts[index].id,
+                    level_start=start,
+                    conn=conn,
+                )
+                records[index] = record
+                if on_done is not None:
+                    on_done(record)
+        finally:
+            if conn is not None:
+                await conn.aclose()
 
     await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
     duration = time.perf_counter() - start
@@ -336,10 +451,16 @@ async def run_requests(
 
 
 def _error_text(response: httpx.Response) -> str:
+    return _error_body_text(response.content) or response.reason_phrase
+
+
+def _error_body_text(content: bytes) -> str:
+    """The message of an error reply (OpenAI's ``{"error": {"message"}}``, FastAPI's
+    ``{"detail"}``, or the text itself), on one line."""
     try:
-        body = response.json()
+        body = json.loads(content)
     except ValueError:
-        return " ".join(response.text.split())[:200] or response.reason_phrase
+        return " ".join(content.decode("utf-8", errors="replace").split())[:200]
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict):

@@ -11,6 +11,11 @@ TPOT = (E2EL − TTFT) / (output tokens − 1); ITL = the gaps between token-car
 speculative decoding one chunk carries several tokens, so ITL > TPOT; ``mean_tokens_per_chunk``
 shows by how much. Output tokens always come from the server's ``usage``.
 
+Server side, per level: the ``/metrics`` counter deltas (``spec_decode_*``,
+``server_generation_tokens``) and, when the server log is reachable over SSH, the log's own
+spec-decode lines of the same window (``server_log``), cross-checked on the integer
+Accepted/Drafted counts. A disagreement is a ``warnings`` entry of the level, never silent.
+
 Room for later results: ``tune``, ``compare`` and ``roofline`` are optional JSON objects owned by
 the modules that fill them, and every level and the report have ``extras``.
 """
@@ -54,6 +59,10 @@ class ResolvedConfig(_Strict):
     server_args: dict[str, Any] = {}
     playbook: str | None = None
     dflashops_version: str = __version__
+    server_log: str | None = Field(None, description="the log read per level (over SSH)")
+    resolved_from: dict[str, str] = Field(
+        {}, description='where each field came from: "playbook", "deployed.json", "server" …'
+    )
     extras: dict[str, Any] = {}
 
     def label(self) -> str:
@@ -75,6 +84,9 @@ class WorkloadInfo(_Strict):
     max_tokens: int
     temperature: float
     ignore_eos: bool
+    thinking: bool | None = Field(
+        None, description="chat_template_kwargs.enable_thinking sent (None: not sent)"
+    )
     source: str | None = None
 
 
@@ -94,6 +106,29 @@ class RequestRecord(_Strict):
     output_tokens: int | None = None
     chunks: int = Field(0, description="chunks that carried generated text")
     finish_reason: str | None = None
+
+
+class ServerLogCheck(_Strict):
+    """The server log's stats lines written during one level, read by byte offset.
+
+    ``accepted_tokens``/``drafted_tokens`` are the sums of the SpecDecoding lines' integers;
+    ``num_drafts`` is derived from their printed mean acceptance length (exact when only one
+    integer fits, see ``dflashops.metrics.logs.estimate_num_drafts``). ``agrees`` is None when
+    there was nothing to compare (no counters, or a log that prints no counts).
+    """
+
+    path: str
+    offset: int = Field(description="bytes into the file where the level's window starts")
+    bytes_read: int
+    stats_windows: int
+    spec_decode_windows: int
+    accepted_tokens: int | None = None
+    drafted_tokens: int | None = None
+    num_drafts: int | None = None
+    num_drafts_exact: bool = False
+    per_position_acceptance: list[float] = []
+    mean_generation_throughput: float | None = None
+    agrees: bool | None = None
 
 
 class LevelResult(_Strict):
@@ -138,6 +173,14 @@ class LevelResult(_Strict):
     server_generation_tokens: int | None = Field(
         None, description="the server's generation-token counter over the level (all clients)"
     )
+    client_cpu_s: float | None = Field(
+        None, description="CPU time (user + system) this client spent sending the level"
+    )
+    server_log: ServerLogCheck | None = None
+    prefix_cache_reset: bool | None = Field(
+        None, description="whether the server's prefix cache was reset before the level"
+    )
+    warnings: list[str] = []
     errors: list[str] = []
     requests: list[RequestRecord] = []
     extras: dict[str, Any] = {}
@@ -165,6 +208,8 @@ class BenchReport(_Strict):
     tune: dict[str, Any] | None = None
     compare: dict[str, Any] | None = None
     roofline: dict[str, Any] | None = None
+    notes: list[str] = Field([], description="how the run was made (what was skipped, and why)")
+    warnings: list[str] = Field([], description="what may make the numbers misleading")
     extras: dict[str, Any] = {}
 
     def display_label(self) -> str:

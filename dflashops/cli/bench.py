@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from dflashops.cli.context import dump_json
+from dflashops.cli.context import AppContext, dump_json
 
 if TYPE_CHECKING:
-    from dflashops.bench.client import Endpoint
-    from dflashops.bench.models import BenchReport, RequestRecord, ResolvedConfig
-    from dflashops.bench.runner import BenchSettings
+    import rich.progress
+
+    from dflashops.bench.client import Api
+    from dflashops.bench.models import BenchReport, RequestRecord
+    from dflashops.bench.runner import Progress
+    from dflashops.playbook.models import Playbook
+
+pass_app = click.make_pass_decorator(AppContext)
+URL_API_KEY_ENV = "DFLASHOPS_API_KEY"
 
 
-def _levels(value: str) -> tuple[int, ...]:
+def _levels(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
     try:
         levels = tuple(int(part) for part in value.split(",") if part.strip())
     except ValueError:
@@ -26,89 +38,161 @@ def _levels(value: str) -> tuple[int, ...]:
     return levels
 
 
-@click.command("bench", short_help="Benchmark a running server; save the result JSON.")
+@click.command("bench", short_help="Benchmark a container's server (or a URL); save the JSON.")
 @click.argument("name", required=False)
 @click.option("--url", help="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).")
-@click.option("--model", help="Served model name. Default: the first one /v1/models lists.")
+@click.option(
+    "-p",
+    "--playbook",
+    "playbook_name",
+    help="Playbook NAME or FILE. Default for NAME: the one playbook naming that container.",
+)
+@click.option("--model", help="Served model name. Default: the playbook's, else the first listed.")
 @click.option(
     "--api", type=click.Choice(["chat", "completions"]), default="chat", show_default=True
 )
 @click.option(
     "-w",
     "--workload",
-    default="smoke",
-    show_default=True,
-    help="Built-in (smoke, mixed) or a JSONL file of {prompt|messages, id?, max_tokens?}.",
+    help="Built-in (smoke, mixed) or a JSONL file of {prompt|messages, id?, max_tokens?}. "
+    "Default: the playbook's, else smoke (the reference request).",
 )
-@click.option("-c", "--concurrency", default="1", show_default=True, help="Levels, e.g. 1,4,16.")
+@click.option("-c", "--concurrency", help="Levels, e.g. 1,4,16. Default: the playbook's, else 1.")
 @click.option("-n", "--requests", type=click.IntRange(min=1), help="Requests per level.")
 @click.option(
     "--warmup",
     type=click.IntRange(min=0),
-    default=1,
-    show_default=True,
-    help="Warm-up requests before each level (not recorded).",
+    help="Warm-up requests before each level (not recorded). Default: the playbook's, else 1.",
 )
-@click.option("--max-tokens", type=click.IntRange(min=1), help="Default: the workload's (2000).")
-@click.option("--temperature", type=click.FloatRange(min=0.0), help="Default: the workload's (0).")
-@click.option("--ignore-eos", is_flag=True, default=None, help="Always generate max_tokens.")
+@click.option(
+    "--max-tokens", type=click.IntRange(min=1), help="Default: the playbook's, else 2000."
+)
+@click.option("--temperature", type=click.FloatRange(min=0.0), help="Default: 0.")
+@click.option(
+    "--ignore-eos/--no-ignore-eos", default=None, help="Always generate max_tokens tokens."
+)
+@click.option(
+    "--thinking/--no-thinking",
+    default=None,
+    help="chat_template_kwargs.enable_thinking (templates without it ignore it).",
+)
 @click.option("--method", help='Recorded speculative method ("none" when off).')
 @click.option("-k", "--num-speculative-tokens", "k", type=click.IntRange(min=0), help="Recorded k.")
 @click.option("--label", help="Name for tables and plots.")
 @click.option(
-    "--api-key", envvar="DFLASHOPS_API_KEY", help="Bearer token, if the server wants one."
+    "--api-key-env",
+    metavar="VAR",
+    help=f"With --url: the variable holding the bearer token (default {URL_API_KEY_ENV}). "
+    "For NAME the playbook's server.api_key_env names it. Keys never go on the command line.",
+)
+@click.option(
+    "--server-log",
+    metavar="PATH",
+    help="The server log inside the container (default /var/log/dflashops/server.log).",
 )
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
 def bench(  # Click passes every option by keyword
+    app: AppContext,
     *,
     name: str | None,
     url: str | None,
+    playbook_name: str | None,
     model: str | None,
     api: str,
-    workload: str,
-    concurrency: str,
+    workload: str | None,
+    concurrency: str | None,
     requests: int | None,
-    warmup: int,
+    warmup: int | None,
     max_tokens: int | None,
     temperature: float | None,
     ignore_eos: bool | None,
+    thinking: bool | None,
     method: str | None,
     k: int | None,
     label: str | None,
-    api_key: str | None,
+    api_key_env: str | None,
+    server_log: str | None,
     out: Path | None,
     as_json: bool,
 ) -> None:
     """Benchmark a running server: per concurrency level, a warm-up, then the measured
-    requests (streamed; TTFT, ITL, TPOT; tokens from the server's usage) and the server's
-    spec-decode counters over the level. The result is saved (--out, default
-    ./bench-<UTC time>.json) for `dflashops report`."""
+    requests (streamed; TTFT, ITL, TPOT; tokens from the server's usage), the server's
+    spec-decode and generation counters over the level and, for a container NAME, the server
+    log's own spec-decode lines of the same window (read over SSH), cross-checked against the
+    counters. NAME's address, port, model and API key variable come from the inventory, the
+    playbook and the container's /etc/dflashops/deployed.json. The result is saved (--out,
+    default ./bench-<UTC time>.json) for `dflashops report`."""
     from dflashops.bench.client import Endpoint
+    from dflashops.bench.container import bench_container
     from dflashops.bench.models import ResolvedConfig
     from dflashops.bench.runner import BenchSettings, run_benchmark_sync
-    from dflashops.bench.workload import load_workload
+    from dflashops.bench.target import api_key, describe
     from dflashops.errors import BenchmarkError
 
-    if url is None:
-        detail = f"`bench {name}` needs the launched server's address" if name else "no server"
-        raise click.UsageError(f"{detail}: pass --url URL")
-    settings = BenchSettings(
-        workload=load_workload(workload),
+    if (name is None) == (url is None):
+        raise click.UsageError(
+            "give a container NAME or --url URL, not both"
+            if name
+            else "no server: give a container NAME or --url URL"
+        )
+    if name is not None and api_key_env:
+        raise click.UsageError("--api-key-env goes with --url; NAME uses server.api_key_env")
+    book = _playbook(playbook_name, name)
+    settings = BenchSettings.from_playbook(
+        book,
+        workload=workload,
         concurrency=_levels(concurrency),
         requests=requests,
         warmup_requests=warmup,
         max_tokens=max_tokens,
         temperature=temperature,
         ignore_eos=ignore_eos,
+        thinking=thinking,
         label=label,
     )
-    endpoint = Endpoint(url, model=model, api="chat" if api == "chat" else "completions")
-    config = ResolvedConfig(container=name, method=method, num_speculative_tokens=k)
-    if as_json:
-        report = run_benchmark_sync(endpoint, settings, config)
-    else:
-        report = _run_with_progress(endpoint, settings, config)
+    chosen_api: Api = "chat" if api == "chat" else "completions"
+    given = {"method": method, "num_speculative_tokens": k}
+    recorded = {key: value for key, value in given.items() if value is not None}
+    with bench_progress(enabled=not as_json) as progress:
+        if name is not None:
+            report = bench_container(
+                app.inventory(),
+                name,
+                book,
+                settings,
+                progress=progress,
+                api=chosen_api,
+                log_path=server_log,
+            )
+        else:
+            assert url is not None
+            values, sources = describe(book)
+            key_env = api_key_env or (book.server.api_key_env if book else None)
+            key = (
+                api_key(key_env, os.environ, whose=url)
+                if key_env
+                else os.environ.get(URL_API_KEY_ENV)
+            )
+            endpoint = Endpoint(
+                url,
+                model=model or values.get("served_model_name"),
+                api=chosen_api,
+                api_key=key,
+            )
+            config = ResolvedConfig.model_validate({**values, "resolved_from": sources})
+            report = run_benchmark_sync(
+                endpoint,
+                settings,
+                config,
+                progress=progress,
+                notes=["server log not read: --url gives no SSH access (`bench NAME` reads it)"],
+            )
+    if recorded:
+        sources = {**report.config.resolved_from, **dict.fromkeys(recorded, "command line")}
+        config = report.config.model_copy(update={**recorded, "resolved_from": sources})
+        report = report.model_copy(update={"config": config})
     path = report.save(out or Path(f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"))
     _show(report, path, as_json)
     empty = [lv for lv in report.levels if lv.completed == 0]
@@ -120,34 +204,82 @@ def bench(  # Click passes every option by keyword
         )
 
 
-def _run_with_progress(
-    endpoint: Endpoint, settings: BenchSettings, config: ResolvedConfig
-) -> BenchReport:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
+def _playbook(given: str | None, container: str | None) -> Playbook | None:
+    from dflashops.bench.target import playbook_for_container
+    from dflashops.playbook.load import load_playbook, resolve_playbook_path
 
-    from dflashops.bench.runner import run_benchmark_sync
+    if given is not None:
+        return load_playbook(resolve_playbook_path(given))
+    if container is None:
+        return None
+    found = playbook_for_container(container)
+    return load_playbook(found) if found is not None else None
+
+
+@contextmanager
+def bench_progress(*, enabled: bool = True) -> Iterator[Progress]:
+    """A rich ``Progress`` on stderr: per level requests done / total and output tok/s so far,
+    plus what the run waits for between levels. ``lab demo`` shows the same."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     with Progress(
-        "[progress.description]{task.description}",
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TextColumn("{task.fields[count]}"),
+        TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
         console=Console(stderr=True),
         transient=False,
+        disable=not enabled,
     ) as bar:
+        shown = _Shown(bar)
+        try:
+            yield shown
+        finally:
+            shown.done()
 
-        class Shown:
-            task: TaskID | None = None
 
-            def start_level(self, concurrency: int, requests: int) -> None:
-                self.task = bar.add_task(f"concurrency {concurrency}", total=requests)
+class _Shown:
+    """Feeds the runner's callbacks into a rich progress display."""
 
-            def request_done(self, record: RequestRecord) -> None:
-                if self.task is not None:
-                    bar.advance(self.task)
+    def __init__(self, bar: rich.progress.Progress) -> None:
+        self.bar = bar
+        self.status = bar.add_task("starting", total=None, count="", rate="")
+        self.level: rich.progress.TaskID | None = None
+        self.tokens = 0
+        self.started = 0.0
 
-        return run_benchmark_sync(endpoint, settings, config, progress=Shown())
+    def phase(self, message: str) -> None:
+        self.bar.update(self.status, description=message, visible=True)
+
+    def start_level(self, concurrency: int, requests: int) -> None:
+        self.bar.update(self.status, visible=False)
+        self.level = self.bar.add_task(
+            f"concurrency {concurrency}", total=requests, count=f"0/{requests}", rate=""
+        )
+        self.tokens = 0
+        self.started = time.perf_counter()
+
+    def request_done(self, record: RequestRecord) -> None:
+        if self.level is None:
+            return
+        self.tokens += record.output_tokens or 0
+        elapsed = time.perf_counter() - self.started
+        rate = f"{self.tokens / elapsed:.1f} tok/s" if elapsed > 0 else ""
+        self.bar.advance(self.level)
+        task = self.bar.tasks[self.level]
+        self.bar.update(self.level, count=f"{task.completed:.0f}/{task.total:.0f}", rate=rate)
+
+    def done(self) -> None:
+        self.bar.remove_task(self.status)
 
 
 def _show(report: BenchReport, path: Path, as_json: bool) -> None:
@@ -165,6 +297,20 @@ def _show(report: BenchReport, path: Path, as_json: bool) -> None:
     console.print(levels_table(item))
     if has_spec(item):
         console.print(spec_table(item))
+    for level in report.levels:
+        check = level.server_log
+        if check is None:
+            continue
+        verdict = {True: "agrees with /metrics", False: "DISAGREES with /metrics", None: ""}
+        console.print(
+            f"server log, concurrency {level.max_concurrency}: {check.spec_decode_windows} "
+            f"spec-decode lines, Accepted {check.accepted_tokens} / Drafted "
+            f"{check.drafted_tokens} {verdict[check.agrees]}".rstrip()
+        )
     for error in level_errors(item):
         console.print(f"[red]failed requests[/red] {error}")
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    for warning in [*report.warnings, *(w for lv in report.levels for w in lv.warnings)]:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     console.print(f"saved {path}")

@@ -454,12 +454,19 @@ def estimate_num_drafts(
     holds only up to rounding: the true MAL lies within ±0.005, which bounds drafts to an
     interval. The per-position rates (three decimals each; their sum is accepted/drafts) and
     drafts ≤ drafted narrow it further. One integer left: exact. Several: the rounded quotient,
-    clamped into the interval, flagged inexact.
+    clamped into the interval, flagged inexact. Nothing accepted: drafted / k rounded up, where
+    k is the number of printed positions (inexact: a draft may hold fewer than k tokens).
     """
     if accepted is None or mean_acceptance_length is None or math.isnan(mean_acceptance_length):
         return None
     if accepted == 0:
-        return (0, True) if drafted == 0 else None
+        if drafted == 0:
+            return 0, True
+        if drafted and per_position:
+            # nothing accepted: MAL is 1.00 whatever the drafts; a draft holds at most k tokens
+            # (k = the printed positions), exactly k for fixed-k drafters such as DFlash
+            return math.ceil(drafted / len(per_position)), False
+        return None
     low, high = 1.0, math.inf
     # accepted / drafts within [MAL - 1 - 0.005, MAL - 1 + 0.005]
     ratio_bounds = [(mean_acceptance_length - 1.0, 0.005)]

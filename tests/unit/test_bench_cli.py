@@ -58,7 +58,9 @@ def test_bench_level_with_only_failures_exits_1(tmp_path: Path) -> None:
 
 def test_bench_usage_errors() -> None:
     runner = CliRunner()
-    no_url = runner.invoke(cli, ["bench", "lab-ct1"])
-    assert no_url.exit_code == 2 and "pass --url" in no_url.stderr
+    nothing = runner.invoke(cli, ["bench"])
+    assert nothing.exit_code == 2 and "give a container NAME or --url URL" in nothing.stderr
+    both = runner.invoke(cli, ["bench", "lab-ct1", "--url", "http://127.0.0.1:9"])
+    assert both.exit_code == 2 and "not both" in both.stderr
     bad_levels = runner.invoke(cli, ["bench", "--url", "http://127.0.0.1:9", "-c", "1,x"])
     assert bad_levels.exit_code == 2
