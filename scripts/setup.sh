@@ -28,7 +28,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.dflashops-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+  # this machine kind's pip config names local indexes that may be absent: drop that noise only
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 |
+    { grep -v "is ignored: it is neither a file nor a directory" || true; }
   touch "$stamp"
 fi
 
