@@ -11,9 +11,9 @@ import json
 import pytest
 
 from tests.support.vllm_servers import (
-    MODEL_NAME,
     NUM_SPECULATIVE_TOKENS,
     VllmServer,
+    complete_prompts,
     spec_decode_counts,
 )
 
@@ -24,20 +24,7 @@ def test_decaying_draft_acceptance_decays_per_position(
     decay_server: VllmServer, record_property: pytest.RecordProperty
 ) -> None:
     drafts_before, before = spec_decode_counts(decay_server.metrics())
-    records = decay_server.models.read_prompts("decay")
-    with decay_server.client() as client:
-        for record in records:
-            response = client.post(
-                "/v1/completions",
-                json={
-                    "model": MODEL_NAME,
-                    "prompt": record["prompt"],
-                    "max_tokens": record["max_tokens"],
-                    "temperature": 0,
-                    "ignore_eos": True,
-                },
-            )
-            assert response.status_code == 200, response.text
+    complete_prompts(decay_server, "decay")
     drafts_after, after = spec_decode_counts(decay_server.metrics())
     drafts = drafts_after - drafts_before
     assert drafts >= 50

@@ -320,3 +320,24 @@ def ngram_server(vllm_pool: ServerPool) -> VllmServer:
 def decay_server(vllm_pool: ServerPool) -> VllmServer:
     """vLLM with the decaying draft model as ``draft_model`` (k=4)."""
     return vllm_pool.get("decay")
+
+
+def complete_prompts(server: VllmServer, kind: str) -> list[dict[str, Any]]:
+    """Send the lab's ``kind`` prompts greedily (ignore_eos, their max_tokens); return the
+    responses' JSON bodies, failing the test on any error status."""
+    bodies = []
+    with server.client() as client:
+        for record in server.models.read_prompts(kind):
+            response = client.post(
+                "/v1/completions",
+                json={
+                    "model": MODEL_NAME,
+                    "prompt": record["prompt"],
+                    "max_tokens": record["max_tokens"],
+                    "temperature": 0,
+                    "ignore_eos": True,
+                },
+            )
+            assert response.status_code == 200, response.text
+            bodies.append({**response.json(), "max_tokens": record["max_tokens"]})
+    return bodies
