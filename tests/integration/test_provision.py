@@ -291,7 +291,9 @@ class TestCurrentPve:
         assert done["containers"][0]["address"] == f"{NET}.75"
         (status,) = json.loads(dflashops(lab.env, *args, "status", "--json").stdout)
         assert (status["vmid"], status["state"], status["address"]) == (975, "running", f"{NET}.75")
-        assert status["tags"] == ["dflashops"] and status["server"] is None
+        assert status["tags"] == ["dflashops"]
+        # the server part is probed over SSH: nothing deployed yet
+        assert (status["server"]["deployed"], status["server"]["running"]) == (False, False)
         gone = dflashops(lab.env, *args, "destroy", "--yes", "cli1")
         assert "destroyed" in gone.stdout
         assert names_in_pve(lab.client(), "cli1") == []
