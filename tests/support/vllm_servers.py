@@ -37,7 +37,7 @@ from dflashops.lab.models.ensure import run_builder
 from dflashops.lab.models.layout import LabModels
 from dflashops.lab.runtime import VllmRuntime, find_runtime, lab_server_spec
 from dflashops.server.spec import ServerSpec
-from tests.support.vllm_slot import VllmSlot
+from tests.support.vllm_slot import VllmSlot, yields_slot
 
 NEED_VLLM_ENV = "DFLASHOPS_NEED_VLLM"
 START_TIMEOUT_S = 240.0
@@ -175,6 +175,7 @@ class ServerPool:
         self.current: VllmServer | None = None
         self.failed: dict[str, str] = {}
         self.slot = VllmSlot()
+        yields_slot(self.stop)
 
     def speculative_config(self, kind: str) -> tuple[dict[str, Any], Path | None]:
         k = NUM_SPECULATIVE_TOKENS

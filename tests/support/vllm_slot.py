@@ -10,11 +10,21 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 SLOT_FILE = Path(os.environ.get("DFLASHOPS_VLLM_SLOT", "/tmp/dflashops-vllm.slot"))
 WAIT_S = 900.0
+
+# Holders in this process that give the slot up on request (the session's server pool): a test
+# that needs the slot stops them first, instead of waiting on its own process's lock forever.
+_YIELDING: list[Callable[[], None]] = []
+
+
+def yields_slot(stop: Callable[[], None]) -> None:
+    """Register ``stop`` (stops a server and releases its slot) to run before another acquire."""
+    _YIELDING.append(stop)
 
 
 class VllmSlot:
@@ -27,6 +37,8 @@ class VllmSlot:
     def acquire(self, wait_s: float = WAIT_S) -> None:
         if self._fh is not None:
             return
+        for stop in list(_YIELDING):
+            stop()
         fh = self.path.open("a+")
         deadline = time.monotonic() + wait_s
         while True:

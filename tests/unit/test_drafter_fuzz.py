@@ -154,7 +154,7 @@ def test_huge_lists_and_numbers() -> None:
 
 
 def one_line_or_result(directory: Path) -> str:
-    """"error" (a one-line DrafterError) or "result" (sane findings); anything else fails."""
+    """ "error" (a one-line DrafterError) or "result" (sane findings); anything else fails."""
     try:
         files = read_drafter(str(directory))
     except DrafterError as exc:
