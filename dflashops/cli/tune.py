@@ -1,18 +1,20 @@
-"""``dflashops tune``: recommend num_speculative_tokens from measurements (offline, no server)."""
+"""``dflashops tune``: recommend num_speculative_tokens from measurements (offline, no server),
+or, given a container NAME, by launching and benchmarking it at the k the planner picks (live)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from dflashops.cli.context import dump_json
+from dflashops.cli.context import AppContext, dump_json
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+    from dflashops.tune.live import LiveTuneReport
     from dflashops.tune.roofline import RooflineSpec
     from dflashops.tune.runs import TuneRun
 
@@ -67,11 +69,41 @@ Roofline (--gpu or --bandwidth-gbps, with --weights): ceiling tok/s =
   flagged as a likely measurement error.
 
 \b
+Live (NAME): the playbook's server is launched at the current k, a small k,
+  the predicted optimum and its better neighbour (at most --budget launches),
+  each benched at concurrency 1; then k* is launched (unless it was the last)
+  and benched once more: predicted vs measured tok/s and the gain over the
+  starting k. k* is written into the playbook's `num_speculative_tokens:` line
+  (comments kept; --dry-run only prints the change). The verify bench is saved
+  with a `tune` section (--out, default ./tune-NAME-<UTC time>.json).
+
+\b
 Examples:
+  dflashops tune lab-ct1 -p playbooks/lab-decay.yaml --k-min 1 --k-max 6
   dflashops tune --acceptance 0.80,0.574,0.40,0.236,0.1,0.05,0.02 \\
       --step-cost 1:0.020,2:0.022,4:0.026,8:0.034,15:0.048
   dflashops tune --from runs.json --gpu "RTX A6000" --tp 2 --weights /models/t
 """,
+)
+@click.argument("name", required=False)
+@click.option(
+    "-p",
+    "--playbook",
+    "playbook_name",
+    help="Live: playbook NAME or FILE. Default: the one playbook naming the container.",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(2, 64),
+    help="Live: launches the search may spend (the verify launch not counted). "
+    "Default: the playbook's tune.budget.",
+)
+@click.option(
+    "-n", "--requests", type=click.IntRange(min=1), help="Live: requests per bench (concurrency 1)."
+)
+@click.option("--dry-run", is_flag=True, help="Live: print the playbook change, do not write it.")
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path), help="Live: result JSON file."
 )
 @click.option("--acceptance", metavar="R0,R1,…", help="Per-position acceptance rates (0..1).")
 @click.option(
@@ -104,8 +136,8 @@ Examples:
     help="Mean draft tokens proposed per draft, measured with --acceptance.",
 )
 @click.option("--draft-fraction", metavar="Q0,Q1,…", help="Share of drafts proposing position i.")
-@click.option("--k-min", type=K_RANGE, default=1, show_default=True)
-@click.option("--k-max", type=K_RANGE, default=15, show_default=True)
+@click.option("--k-min", type=K_RANGE, help="Smallest k [1; live: the playbook's tune.k_min].")
+@click.option("--k-max", type=K_RANGE, help="Largest k [15; live: the playbook's tune.k_max].")
 @click.option(
     "--tolerance",
     type=click.FloatRange(0, 1, max_open=True),
@@ -146,8 +178,16 @@ Examples:
     "--extra-bytes", metavar="SIZE", help="Roofline: drafter/KV bytes read per step (e.g. 2GB)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_context
 def tune(
+    ctx: click.Context,
     *,
+    name: str | None,
+    playbook_name: str | None,
+    budget: int | None,
+    requests: int | None,
+    dry_run: bool,
+    out: Path | None,
     acceptance: str | None,
     conditional: bool,
     step_costs: tuple[str, ...],
@@ -155,8 +195,8 @@ def tune(
     sources: tuple[Path, ...],
     drafted_per_draft: float | None,
     draft_fraction: str | None,
-    k_min: int,
-    k_max: int,
+    k_min: int | None,
+    k_max: int | None,
     tolerance: float,
     extrapolate: str,
     fit: str,
@@ -174,8 +214,46 @@ def tune(
     --from) and step times at two or more k (--step-cost, --throughput or runs in
     --from); prints the predicted throughput per k and the best k. An explicit
     --acceptance replaces the acceptance merged from --from runs.
+
+    Live: with a container NAME, measure by launching and benchmarking (below).
     """
     from pydantic import ValidationError
+
+    live_only = {
+        "-p": playbook_name,
+        "--budget": budget,
+        "--requests": requests,
+        "--dry-run": dry_run or None,
+        "--out": out,
+    }
+    if name is not None:
+        offline = {
+            "--acceptance": acceptance,
+            "--step-cost": step_costs or None,
+            "--throughput": throughputs or None,
+            "--from": sources or None,
+            "--gpu": gpu,
+            "--bandwidth-gbps": bandwidth_gbps,
+        }
+        given = [option for option, value in offline.items() if value is not None]
+        if given:
+            raise click.UsageError(f"{given[0]} is for offline tuning; live NAME measures itself")
+        _live(
+            ctx.find_object(AppContext) or AppContext(),
+            name=name,
+            playbook_name=playbook_name,
+            k_min=k_min,
+            k_max=k_max,
+            budget=budget,
+            requests=requests,
+            dry_run=dry_run,
+            out=out,
+            as_json=as_json,
+        )
+        return
+    for option, value in live_only.items():
+        if value is not None:
+            raise click.UsageError(f"{option} is for live tuning: give a container NAME")
 
     from dflashops.errors import TuneInputError
     from dflashops.tune.acceptance import Extrapolation, acceptance_curve
@@ -184,19 +262,19 @@ def tune(
     from dflashops.tune.stepcost import FitMethod
 
     if acceptance is None:
-        for name, given in (
+        for option, flagged in (
             ("--conditional", conditional),
             ("--drafted-per-draft", drafted_per_draft is not None),
             ("--draft-fraction", draft_fraction is not None),
         ):
-            if given:
-                raise click.UsageError(f"{name} describes --acceptance; give --acceptance too")
+            if flagged:
+                raise click.UsageError(f"{option} describes --acceptance; give --acceptance too")
     if not (acceptance or sources):
         raise click.UsageError("give --acceptance R0,R1,… or --from FILE")
     try:
         settings = TuneSettings(
-            k_min=k_min,
-            k_max=k_max,
+            k_min=k_min or 1,
+            k_max=k_max or 15,
             tolerance=tolerance,
             extrapolation=Extrapolation(extrapolate),
             fit=FitMethod(fit),
@@ -244,6 +322,100 @@ def tune(
     console = Console()
     for renderable in result_renderables(result):
         console.print(renderable)
+
+
+def _live(
+    app: AppContext,
+    *,
+    name: str,
+    playbook_name: str | None,
+    k_min: int | None,
+    k_max: int | None,
+    budget: int | None,
+    requests: int | None,
+    dry_run: bool,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    from datetime import UTC, datetime
+
+    from dflashops.cli.progress import spinner
+    from dflashops.playbook.load import playbook_for_container
+    from dflashops.tune.live import LiveTuneJob, live_tune
+
+    path = playbook_for_container(name, playbook_name)
+    destination = out or Path(f"tune-{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}.json")
+    job = LiveTuneJob(
+        container=name,
+        playbook_path=path,
+        k_min=k_min,
+        k_max=k_max,
+        budget=budget,
+        requests=requests,
+        workdir=destination.parent,
+    )
+    with spinner(f"tune {name}", enabled=not as_json) as say:
+
+        def tell(message: str) -> None:
+            say(message)
+            if not as_json and message.startswith(("probe ", "k*=")):
+                click.echo(message, err=True)
+
+        result = live_tune(app.inventory(), job, say=tell, write=not dry_run)
+    saved = result.report.save(destination)
+    if as_json:
+        click.echo(dump_json(_live_json(result, path, saved, dry_run)))
+        return
+    _show_live(result, path, saved, dry_run)
+
+
+def _live_json(result: LiveTuneReport, path: Path, saved: Path, dry_run: bool) -> dict[str, Any]:
+    outcome = result.outcome
+    return {
+        "container": result.report.config.container,
+        "best_k": outcome.best_k,
+        "start_k": outcome.start_k,
+        "predicted_tok_s": outcome.predicted_tok_s,
+        "measured_tok_s": outcome.measured_tok_s,
+        "start_tok_s": outcome.start_tok_s,
+        "gain": outcome.gain,
+        "launches": outcome.launches,
+        "playbook": str(path),
+        "playbook_change": list(result.k_change) if result.k_change else None,
+        "written": result.k_change is not None and not dry_run,
+        "report": str(saved),
+        "bench_files": [str(file) for file in result.bench_files],
+        "warnings": list(outcome.result.warnings),
+    }
+
+
+def _show_live(result: LiveTuneReport, path: Path, saved: Path, dry_run: bool) -> None:
+    from rich.console import Console
+
+    from dflashops.tune.view import result_renderables
+
+    console = Console()
+    for renderable in result_renderables(result.outcome.result):
+        console.print(renderable)
+    outcome = result.outcome
+    measured = outcome.measured_tok_s
+    start = outcome.start_tok_s
+    console.print(
+        f"k*={outcome.best_k}: predicted {outcome.predicted_tok_s:.1f} tok/s, measured "
+        + (f"{measured:.1f} tok/s" if measured is not None else "n/a")
+        + f" (launches: {', '.join(map(str, outcome.launches))})"
+    )
+    if outcome.gain is not None and start is not None:
+        console.print(
+            f"vs the starting k={outcome.start_k} ({start:.1f} tok/s): {outcome.gain:+.1%}"
+        )
+    if result.k_change is None:
+        console.print(f"{path}: already at k={outcome.best_k}")
+    else:
+        old, new = result.k_change
+        verb = "would change" if dry_run else "changed"
+        console.print(f"{path}: {verb}\n  - {old}\n  + {new}")
+    console.print(f"saved {saved}")
 
 
 def _floats(text: str, option: str) -> list[float]:

@@ -1,0 +1,118 @@
+"""``dflashops compare``: the same workload against each speculative method, one table."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from dflashops.cli.context import AppContext, dump_json
+
+if TYPE_CHECKING:
+    from dflashops.tune.compare import CompareOutcome
+
+pass_app = click.make_pass_decorator(AppContext)
+
+
+@click.command("compare", short_help="Launch and bench each speculative method; one table.")
+@click.argument("name")
+@click.option(
+    "-p",
+    "--playbook",
+    "playbook_name",
+    help="Playbook NAME or FILE. Default: the one playbook naming the container.",
+)
+@click.option(
+    "--methods",
+    default="none,dflash,ngram,draft_model",
+    show_default=True,
+    help="Comma list of none, dflash, mtp, eagle3, ngram, draft_model.",
+)
+@click.option("-n", "--requests", type=click.IntRange(min=1), help="Requests per level.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def compare(
+    app: AppContext,
+    *,
+    name: str,
+    playbook_name: str | None,
+    methods: str,
+    requests: int | None,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """Launch the playbook on container NAME once per method (the method's overrides applied:
+    none turns speculation off, ngram drops the drafter model, the playbook's own method runs
+    as written) and bench each with the playbook's workload. A method the playbook cannot
+    express (another drafter checkpoint, MTP) is skipped with the reason. The server is left
+    running the last method measured; relaunch the playbook to restore it."""
+    from dflashops.cli.progress import spinner
+    from dflashops.errors import TuneInputError
+    from dflashops.playbook.load import playbook_for_container
+    from dflashops.tune.compare import compare_container, parse_methods
+
+    try:
+        chosen = parse_methods(methods)
+    except TuneInputError as exc:
+        raise click.BadParameter(exc.one_line(), param_hint="'--methods'") from exc
+    path = playbook_for_container(name, playbook_name)
+    with spinner(f"compare on {name}", enabled=not as_json) as say:
+
+        def tell(message: str) -> None:
+            say(message)
+            if not as_json and ": " in message and message.split(": ", 1)[1] != "benchmarking":
+                click.echo(message, err=True)
+
+        outcome, report = compare_container(
+            app.inventory(), name, path, chosen, requests=requests, say=tell
+        )
+    saved = None
+    if report is not None:
+        saved = report.save(out or Path(f"compare-{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"))
+    if as_json:
+        click.echo(
+            dump_json(
+                {
+                    "container": name,
+                    "playbook": str(path),
+                    **outcome.section(),
+                    "report": None if saved is None else str(saved),
+                }
+            )
+        )
+    else:
+        _show(outcome, saved)
+    if report is None:
+        raise click.ClickException("no method could be measured")
+
+
+def _show(outcome: CompareOutcome, saved: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="speculative methods, same workload")
+    for column in ("method", "k", "c", "tok/s", "TPOT ms", "accept len", "per-position"):
+        table.add_column(
+            column, justify="left" if column in ("method", "per-position") else "right"
+        )
+    for row in outcome.rows:
+        table.add_row(
+            row.method,
+            "-" if row.k is None else str(row.k),
+            str(row.concurrency),
+            f"{row.output_tok_s:.1f}",
+            "-" if row.mean_tpot_ms is None else f"{row.mean_tpot_ms:.1f}",
+            "-" if row.acceptance_length is None else f"{row.acceptance_length:.2f}",
+            "-"
+            if not row.per_position_acceptance
+            else ", ".join(f"{rate:.2f}" for rate in row.per_position_acceptance),
+        )
+    console = Console()
+    console.print(table)
+    for item in outcome.skipped:
+        console.print(f"skipped {item.method}: {item.reason}", style="yellow")
+    if saved is not None:
+        console.print(f"saved {saved}")

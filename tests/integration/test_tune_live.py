@@ -1,0 +1,111 @@
+"""Issue 10 end to end on the lab: `tune lab-ct1` launches real vLLM with the decaying draft model
+at the k the planner picks, benches each, verifies k* and writes it into a playbook copy."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dflashops.bench.models import BenchReport
+from dflashops.inventory.load import load_inventory
+from dflashops.proxmox.apply import provision
+from dflashops.remote import SshConnection
+from tests.support.lab import isolated_lab_env, require_lab, run_cli
+from tests.support.vllm_servers import runtime_or_skip
+from tests.support.vllm_slot import VllmSlot
+
+pytestmark = [pytest.mark.root, pytest.mark.vllm, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parents[2]
+BUDGET = 3
+LAB_DRAFT = "/opt/dflashops-lab/models/tiny-qwen3-draft-decay"
+# vLLM 0.32 relabels a draft_model whose path contains "dflash" as DFlash (it guesses the method
+# from the name), and every lab mount is under /opt/dflashops-lab: serve a copy from elsewhere
+NEUTRAL_DRAFT = "/srv/draft-decay"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, str], Path]]:
+    require_lab()
+    runtime_or_skip()
+    env = isolated_lab_env(tmp_path_factory.mktemp("tunelab"), tag="k", cidr="10.200.14.0/24")
+    run_cli(env, "lab", "down", check=False)
+    with VllmSlot():
+        status = json.loads(run_cli(env, "lab", "up", "--json").stdout)
+        try:
+            inventory_path = Path(status["inventory"])
+            inventory = load_inventory(inventory_path)
+            report = provision(inventory, ["lab-ct1"])
+            assert report.ok, report.failures
+            ct = inventory.container("lab-ct1")
+            with SshConnection.from_access(ct.ssh, host=ct.ssh_host, deadline=60) as conn:
+                conn.run(f"rm -rf {NEUTRAL_DRAFT} && cp -r {LAB_DRAFT} {NEUTRAL_DRAFT}")
+            yield env, inventory_path
+        finally:
+            run_cli(env, "lab", "down", check=False, timeout=180)
+
+
+def test_live_tune_writes_a_verified_k(
+    lab: tuple[dict[str, str], Path], tmp_path: Path, record_property: pytest.RecordProperty
+) -> None:
+    env, inventory_path = lab
+    book = tmp_path / "lab-decay.yaml"
+    original = (REPO / "playbooks" / "lab-decay.yaml").read_text(encoding="utf-8")
+    assert LAB_DRAFT in original
+    original = original.replace(LAB_DRAFT, NEUTRAL_DRAFT)
+    book.write_text(original, encoding="utf-8")
+    out = tmp_path / "tune.json"
+    done = run_cli(
+        env,
+        "-i",
+        str(inventory_path),
+        "tune",
+        "lab-ct1",
+        "-p",
+        str(book),
+        "--k-min",
+        "1",
+        "--k-max",
+        "6",
+        "--budget",
+        str(BUDGET),
+        "-n",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+        timeout=480,
+    )
+    summary = json.loads(done.stdout)
+    record_property("tune", summary)
+    print(f"live tune: {json.dumps(summary)}")
+    best = summary["best_k"]
+    assert 1 <= best <= 6
+    launches = summary["launches"]
+    assert 2 <= len(launches) <= BUDGET + 1
+    assert launches[0] == 4  # the playbook's k first
+    assert launches[-1] == best  # the server is left running k*
+    assert summary["predicted_tok_s"] > 0 and summary["measured_tok_s"] > 0
+
+    # k* is in the copy, its comment and the rest of the file untouched
+    written = book.read_text(encoding="utf-8")
+    assert re.search(rf"^  num_speculative_tokens: {best}$", written, re.M)
+    assert re.sub(r"num_speculative_tokens: \d+", "K", written) == re.sub(
+        r"num_speculative_tokens: \d+", "K", original
+    )
+    assert summary["written"] == (best != 4)
+
+    report = BenchReport.load(out)
+    assert report.tune is not None
+    assert report.tune["best_k"] == best
+    assert report.tune["predicted_tok_s"] > 0 and report.tune["measured_tok_s"] > 0
+    assert report.config.num_speculative_tokens == best
+    level = report.level(1)
+    assert level is not None and level.completed == 2
+    # the decaying draft: acceptance falls with position in the merged curve
+    rates = report.tune["result"]["acceptance"]["rates"]
+    assert rates[0] > rates[-1]

@@ -1,0 +1,109 @@
+"""``compare``'s method overrides and loop over injected launch/bench, and the live CLI's usage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dflashops.bench.models import BenchReport, LevelResult, ResolvedConfig, WorkloadInfo
+from dflashops.cli import cli
+from dflashops.errors import TuneInputError
+from dflashops.playbook.load import load_playbook
+from dflashops.tune.compare import Skipped, method_overrides, parse_methods, run_compare
+
+REPO = Path(__file__).resolve().parents[2]
+DECAY_BOOK = REPO / "playbooks" / "lab-decay.yaml"
+RATES = {"draft_model": [0.78, 0.53, 0.43, 0.32], "ngram": [0.4, 0.2, 0.1, 0.05]}
+
+
+def fake_report(overrides: Sequence[str], method: str) -> BenchReport:
+    book = load_playbook(DECAY_BOOK, overrides)
+    k = book.server.num_speculative_tokens
+    rates = RATES.get(method)
+    length = 1 + sum(rates) if rates else None
+    level = LevelResult(
+        max_concurrency=1,
+        completed=3,
+        failed=0,
+        duration=3.0,
+        total_input_tokens=30,
+        total_output_tokens=384,
+        request_throughput=1.0,
+        output_throughput=40.0 * (length or 1.0),
+        total_token_throughput=140.0,
+        mean_tpot_ms=25.0 / (length or 1.0),
+        spec_decode_acceptance_length=length,
+        spec_decode_per_position_acceptance_rates=rates,
+    )
+    return BenchReport(
+        config=ResolvedConfig(
+            container="lab-ct1", method=book.drafter.method, num_speculative_tokens=k
+        ),
+        workload=WorkloadInfo(
+            name="smoke",
+            num_prompts=1,
+            requests_per_level=3,
+            warmup_requests=1,
+            max_tokens=128,
+            temperature=0.0,
+            ignore_eos=False,
+        ),
+        levels=[level],
+    )
+
+
+def test_each_method_becomes_overrides_that_validate() -> None:
+    book = load_playbook(DECAY_BOOK)
+    assert method_overrides(book, "draft_model") == []
+    for method in ("none", "ngram"):
+        overrides = method_overrides(book, method)
+        assert isinstance(overrides, list)
+        changed = load_playbook(DECAY_BOOK, overrides)
+        assert changed.drafter.method == method and changed.drafter.model is None
+        assert changed.server.num_speculative_tokens == (None if method == "none" else 4)
+    for method in ("dflash", "eagle3", "mtp"):
+        skipped = method_overrides(book, method)
+        assert isinstance(skipped, Skipped) and "draft_model" in skipped.reason
+
+
+def test_compare_loop_launches_each_expressible_method_once() -> None:
+    book = load_playbook(DECAY_BOOK)
+    launched: list[str] = []
+
+    def launch(overrides: Sequence[str]) -> None:
+        launched.append(load_playbook(DECAY_BOOK, overrides).drafter.method)
+
+    outcome = run_compare(book, parse_methods("none,dflash,ngram,draft_model"), launch, fake_report)
+    assert launched == ["none", "ngram", "draft_model"]
+    assert [row.method for row in outcome.rows] == launched
+    assert [item.method for item in outcome.skipped] == ["dflash"]
+    none, ngram, draft = outcome.rows
+    assert none.k is None and none.acceptance_length is None
+    assert draft.k == 4 and draft.per_position_acceptance == (0.78, 0.53, 0.43, 0.32)
+    assert draft.output_tok_s > ngram.output_tok_s > none.output_tok_s
+    section = outcome.section()
+    assert set(section["levels"]) == {"none", "ngram", "draft_model"}
+
+
+def test_unknown_method_is_refused() -> None:
+    with pytest.raises(TuneInputError, match="unknown method 'medusa'"):
+        parse_methods("none,medusa")
+    result = CliRunner().invoke(cli, ["compare", "lab-ct1", "--methods", "bogus"])
+    assert result.exit_code == 2 and "unknown method" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["lab-ct1", "--acceptance", "0.5"], "--acceptance is for offline tuning"),
+        (["--acceptance", "0.5", "--step-cost", "1:0.02,2:0.03", "--dry-run"], "--dry-run is for"),
+        (["--acceptance", "0.5", "--budget", "3"], "--budget is for live"),
+    ],
+)
+def test_live_and_offline_options_do_not_mix(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["tune", *args])
+    assert result.exit_code == 2
+    assert message in result.output
