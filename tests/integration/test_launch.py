@@ -422,7 +422,7 @@ def test_real_vllm_broken_drafter_is_rolled_back(lab: Lab, vllm_slot: None) -> N
 
     done = lab_launch(lab, broken, flags=("--force",))
     assert done.returncode == 1, done.stderr
-    assert "warning: --force: LAUNCHING OVER 1 DRAFTER ERROR(S)" in done.stderr
+    assert "warning: --force: LAUNCHING OVER" in done.stderr
     assert "cause: drafter/target hidden-feature mismatch" in done.stderr
     assert "Tried to load weights of size torch.Size([128, 384])" in done.stderr
     assert f"rolled back; the previous server serves again at {before.endpoint}" in done.stderr
