@@ -33,8 +33,8 @@ log = logging.getLogger("dflashops.lab")
 
 LAB_NODE = "lab"
 # mount points inside lab containers for the cached vLLM venv and lab models (read-only)
-CT_VENV_DIR = "/opt/dflashops-lab/venv-vllm-cpu"
-CT_MODELS_DIR = "/opt/dflashops-lab/models"
+CT_VENV_DIR = "/opt/lab/venv-vllm-cpu"
+CT_MODELS_DIR = "/opt/lab/models"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,14 @@ Method = Literal["dflash", "mtp", "eagle3", "ngram", "draft_model", "none"]
 EngineName = Literal["vllm", "sglang"]
 # methods whose draft weights live in a separate checkpoint
 DRAFT_CHECKPOINT_METHODS = frozenset({"dflash", "eagle3", "draft_model"})
+# vLLM guesses a draft_model's method from its path (config/speculative.py, at least to 0.32):
+# a path containing one of these runs as that method instead, with different weights expected
+VLLM_METHOD_FROM_PATH = (
+    ("eagle-", "eagle"),
+    ("eagle3", "eagle3"),
+    ("dflash", "dflash"),
+    ("dspark", "dspark"),
+)
 ENV_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
@@ -177,8 +185,23 @@ class Playbook(Strict):
             raise ValueError(f"method {self.drafter.method} needs server.num_speculative_tokens")
         if self.engine.name == "sglang" and self.drafter.method == "draft_model":
             raise ValueError("SGLang has no draft_model method in dflashops; use vllm")
+        if self.engine.name == "vllm" and self.drafter.method == "draft_model":
+            _refuse_relabelled_draft_path(self.drafter.model)
         return self
 
     @property
     def served_name(self) -> str:
         return self.model.served_name or self.model.path.name
+
+
+def _refuse_relabelled_draft_path(source: ModelSource | None) -> None:
+    if source is None:
+        return
+    lowered = str(source.path).lower()
+    for fragment, method in VLLM_METHOD_FROM_PATH:
+        if fragment in lowered:
+            raise ValueError(
+                f"drafter.model.path {source.path} contains {fragment!r}: vLLM guesses the method "
+                f"from the path and would run this draft model as {method}, not draft_model; "
+                "serve it from a path without that word"
+            )

@@ -22,7 +22,7 @@ from tests.support.vllm_slot import VllmSlot
 
 pytestmark = [pytest.mark.root, pytest.mark.vllm, pytest.mark.timeout(600)]
 
-LAB_DRAFTER = "/opt/dflashops-lab/models/tiny-qwen3-dflash"
+LAB_DRAFTER = "/opt/lab/models/tiny-qwen3-dflash"
 PUSHED = "/srv/drafter"
 
 

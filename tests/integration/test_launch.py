@@ -385,7 +385,7 @@ def test_real_vllm_dflash_launch_and_identical_relaunch(lab: Lab, vllm_slot: Non
     assert status.engine_version == "0.32.0" and status.method == "dflash"
     assert status.speculative_config == {
         "method": "dflash",
-        "model": "/opt/dflashops-lab/models/tiny-qwen3-dflash",
+        "model": "/opt/lab/models/tiny-qwen3-dflash",
         "num_speculative_tokens": 4,
     }
 
@@ -406,7 +406,7 @@ def test_real_vllm_broken_drafter_is_rolled_back(lab: Lab, vllm_slot: None) -> N
         # fc.weight stays [128, 3 x 128]; the config now claims two target layers
         conn.run(
             "rm -rf /srv/broken-dflash && "
-            "cp -r /opt/dflashops-lab/models/tiny-qwen3-dflash /srv/broken-dflash && "
+            "cp -r /opt/lab/models/tiny-qwen3-dflash /srv/broken-dflash && "
             'python3 -c \'import json; p="/srv/broken-dflash/config.json"; c=json.load(open(p)); '
             'c["dflash_config"]["target_layer_ids"]=[0, 1]; json.dump(c, open(p, "w"))\''
         )

