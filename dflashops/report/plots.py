@@ -4,6 +4,7 @@
   that position was accepted (vLLM's per-position rate), one bar group per speculating run
   (``method: none`` runs are left out; a run whose drafter is broken shows as zeros).
 - ``throughput_by_concurrency.png``: output tokens/s and mean TPOT against concurrency.
+- ``tune_throughput_by_k.png`` and ``compare_methods.png``: see ``report.tune_plots``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def write_plots(items: Sequence[LabelledReport], out_dir: Path) -> list[Path]:
         written.append(_acceptance_plot(items, out_dir / ACCEPTANCE_PNG))
     if any(item.report.levels for item in items):
         written.append(_concurrency_plot(items, out_dir / CONCURRENCY_PNG))
-    return written
+    from dflashops.report.tune_plots import write_tune_plots
+
+    return written + write_tune_plots(items, out_dir)
 
 
 def _acceptance_plot(items: Sequence[LabelledReport], path: Path) -> Path:

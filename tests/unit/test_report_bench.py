@@ -173,3 +173,36 @@ def test_bad_file_is_one_line_error(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith(f"error: {bad}: not a dflashops benchmark report")
     assert result.stderr.count("\n") == 1
+
+
+def test_tune_and_compare_sections_are_plotted(saved: list[Path], tmp_path: Path) -> None:
+    from dflashops.report.tune_plots import COMPARE_PNG, TUNE_PNG, measured_points, tune_series
+
+    base = BenchReport.load(saved[1])
+    predictions = [
+        {"k": k, "throughput_tok_s": tok, "ceiling_tok_s": 400.0 * (1 + 0.5 * k)}
+        for k, tok in ((1, 100.0), (2, 120.0), (3, 115.0))
+    ]
+    tune = {
+        "best_k": 2,
+        "runs": [{"k": 3, "output_tok_s": 111.0}],
+        "verify": {"k": 2, "output_tok_s": 118.0},
+        "result": {"best_k": 2, "predictions": predictions},
+    }
+    rows = [
+        {"method": "none", "k": None, "output_tok_s": 80.0, "acceptance_length": None},
+        {"method": "dflash", "k": 4, "output_tok_s": 95.0, "acceptance_length": 1.9},
+    ]
+    report = base.model_copy(update={"tune": tune, "compare": {"rows": rows, "skipped": []}})
+    assert tune_series(tune) == (
+        [(1, 100.0, 400.0 * 1.5), (2, 120.0, 800.0), (3, 115.0, 1000.0)],
+        2,
+    )
+    assert measured_points(tune) == [(3, 111.0), (2, 118.0)]
+    items = label_reports([(saved[1], report)])
+    written = write_plots(items, tmp_path)
+    assert [p.name for p in written] == [ACCEPTANCE_PNG, CONCURRENCY_PNG, TUNE_PNG, COMPARE_PNG]
+    for path in written[2:]:
+        with Image.open(path) as image:
+            assert image.format == "PNG"
+            assert len(image.convert("RGB").getcolors(maxcolors=1_000_000) or []) > 50
