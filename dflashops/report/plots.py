@@ -19,6 +19,7 @@ from dflashops.report.bench_view import LabelledReport
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 ACCEPTANCE_PNG = "acceptance_per_position.png"
 CONCURRENCY_PNG = "throughput_by_concurrency.png"
@@ -91,10 +92,7 @@ def _acceptance_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     ax.set_title("Per-position acceptance (AL = mean tokens per verify step)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(3, len(series)))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _concurrency_plot(items: Sequence[LabelledReport], path: Path) -> Path:
@@ -117,6 +115,13 @@ def _concurrency_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     right.set_title("Time per output token (lower is better)")
     right.set_ylim(bottom=0)
     left.legend(fontsize=9)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Lay out, write as PNG and free ``fig`` (pyplot keeps every open figure alive)."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashops.report.bench_view import LabelledReport
+from dflashops.report.plots import save_figure
 
 TUNE_PNG = "tune_throughput_by_k.png"
 COMPARE_PNG = "compare_methods.png"
@@ -86,10 +87,7 @@ def _tune_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _compare_plot(items: Sequence[LabelledReport], path: Path) -> Path:
@@ -116,7 +114,4 @@ def _compare_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     ax.set_title("Same workload per speculative method (AL = mean tokens per verify step)")
     ax.set_ylim(0, max(row["output_tok_s"] for _, row in rows) * 1.25)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
