@@ -20,9 +20,11 @@ from dflashops.bench.target import DEPLOYED_MANIFEST, Deployed, resolve_target
 from dflashops.errors import RemoteError
 
 if TYPE_CHECKING:
+    from dflashops.bench.roofline import RooflinePlan
     from dflashops.inventory.load import Inventory
     from dflashops.playbook.models import Playbook
     from dflashops.remote import SshConnection
+    from dflashops.tune.roofline_request import RooflineRequest
 
 MAX_MANIFEST_BYTES = 1 * 2**20
 
@@ -54,6 +56,7 @@ def bench_container(
     manifest_path: str = DEPLOYED_MANIFEST,
     log_path: str | None = None,
     connection: SshConnection | None = None,
+    roofline: RooflineRequest | None = None,
 ) -> BenchReport:
     """Benchmark container ``name``'s server (the report is returned, not saved).
 
@@ -64,7 +67,8 @@ def bench_container(
     ``playbook.server.port``; the API key from the environment variable the deployment names.
     ``log_path`` overrides the server log (default: the manifest's ``log_path``, else
     ``/var/log/dflashops/server.log``). ``connection`` replaces the SSH connection built from the
-    inventory (it is then left open).
+    inventory (it is then left open). ``roofline``: add the bandwidth roofline, from the
+    container's GPUs and weights where the request is silent (``bench.roofline``).
     """
     from dflashops.remote import SshConnection
 
@@ -89,7 +93,11 @@ def bench_container(
         if deployed is None:
             notes.append(f"no {manifest_path} in {name}: the playbook describes the server")
         server_log = RemoteServerLog(conn, target.log_path) if target.log_path else None
-        return run_benchmark_sync(
+        plan = None
+        if roofline is not None:
+            shown.phase(f"{name}: probing GPUs and weights for the roofline")
+            plan = _roofline_plan(conn, roofline, playbook, deployed or Deployed())
+        report = run_benchmark_sync(
             target.endpoint,
             settings,
             target.config,
@@ -101,3 +109,32 @@ def bench_container(
     finally:
         if connection is None:
             conn.close()
+    if plan is None:
+        return report
+    from dflashops.bench.roofline import attach_roofline
+
+    return attach_roofline(report, plan)
+
+
+def _roofline_plan(
+    conn: SshConnection,
+    request: RooflineRequest,
+    playbook: Playbook | None,
+    deployed: Deployed,
+) -> RooflinePlan:
+    """What the running server is (deployed.json first, as for the endpoint), then its facts."""
+    from dflashops.bench.roofline import plan_roofline, probe_roofline_facts, tp_from_argv
+
+    device = playbook.server.device if playbook else "cuda"
+    model_dir = deployed.model if deployed.model and deployed.model.startswith("/") else None
+    if model_dir is None and playbook is not None:
+        model_dir = str(playbook.model.path)
+    tp, tp_source = tp_from_argv(deployed.argv), "deployed.json"
+    if tp is None and playbook is not None:
+        tp, tp_source = playbook.server.tensor_parallel_size, "playbook"
+    wants_gpu = request.gpu is None and request.bandwidth_gbps is None and device == "cuda"
+    wants_weights = request.weights is None and (device == "cuda" or request.names_hardware)
+    facts = probe_roofline_facts(
+        conn, model_dir=model_dir if wants_weights else None, query_gpus=wants_gpu
+    )
+    return plan_roofline(request, facts, device=device, tp=tp, tp_source=tp_source)

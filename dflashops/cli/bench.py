@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.roofline_options import roofline_options
 
 if TYPE_CHECKING:
     import rich.progress
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from dflashops.bench.models import BenchReport, RequestRecord
     from dflashops.bench.runner import Progress
     from dflashops.playbook.models import Playbook
+    from dflashops.tune.roofline_request import RooflineRequest
 
 pass_app = click.make_pass_decorator(AppContext)
 URL_API_KEY_ENV = "DFLASHOPS_API_KEY"
@@ -90,6 +92,12 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
     metavar="PATH",
     help="The server log inside the container (default /var/log/dflashops/server.log).",
 )
+@roofline_options
+@click.option(
+    "--no-roofline",
+    is_flag=True,
+    help="NAME: skip the roofline (it asks the container's nvidia-smi and sizes its weights).",
+)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
@@ -114,6 +122,8 @@ def bench(  # Click passes every option by keyword
     label: str | None,
     api_key_env: str | None,
     server_log: str | None,
+    roofline: RooflineRequest,
+    no_roofline: bool,
     out: Path | None,
     as_json: bool,
 ) -> None:
@@ -123,7 +133,13 @@ def bench(  # Click passes every option by keyword
     log's own spec-decode lines of the same window (read over SSH), cross-checked against the
     counters. NAME's address, port, model and API key variable come from the inventory, the
     playbook and the container's /etc/dflashops/deployed.json. The result is saved (--out,
-    default ./bench-<UTC time>.json) for `dflashops report`."""
+    default ./bench-<UTC time>.json) for `dflashops report`.
+
+    Roofline: with NAME on a GPU server, the GPU (nvidia-smi), tensor-parallel degree and the
+    target's safetensors sizes give the single-stream decode ceiling, bandwidth x tp / bytes
+    per step x acceptance length, and the share of it concurrency 1 reached (1000 / mean
+    TPOT); a rate above it is flagged as a likely measurement error. --gpu, --bandwidth-gbps,
+    --tp and --weights override what was found; with --url give them all."""
     from dflashops.bench.client import Endpoint
     from dflashops.bench.container import bench_container
     from dflashops.bench.models import ResolvedConfig
@@ -139,6 +155,7 @@ def bench(  # Click passes every option by keyword
         )
     if name is not None and api_key_env:
         raise click.UsageError("--api-key-env goes with --url; NAME uses server.api_key_env")
+    _check_roofline_options(roofline, no_roofline=no_roofline, url=url)
     book = _playbook(playbook_name, name)
     settings = BenchSettings.from_playbook(
         book,
@@ -165,6 +182,7 @@ def bench(  # Click passes every option by keyword
                 progress=progress,
                 api=chosen_api,
                 log_path=server_log,
+                roofline=None if no_roofline else roofline,
             )
         else:
             assert url is not None
@@ -189,6 +207,10 @@ def bench(  # Click passes every option by keyword
                 progress=progress,
                 notes=["server log not read: --url gives no SSH access (`bench NAME` reads it)"],
             )
+            if roofline.names_hardware:
+                from dflashops.bench.roofline import attach_roofline, plan_roofline
+
+                report = attach_roofline(report, plan_roofline(roofline, None))
     if recorded:
         sources = {**report.config.resolved_from, **dict.fromkeys(recorded, "command line")}
         config = report.config.model_copy(update={**recorded, "resolved_from": sources})
@@ -202,6 +224,22 @@ def bench(  # Click passes every option by keyword
             f"{empty[0].errors[0] if empty[0].errors else 'no reply'}",
             hint=f"the partial result is in {path}",
         )
+
+
+def _check_roofline_options(
+    request: RooflineRequest, *, no_roofline: bool, url: str | None
+) -> None:
+    given = request.given_options()
+    if no_roofline and given:
+        raise click.UsageError(f"{given[0]} describes the roofline, which --no-roofline skips")
+    if url is None:
+        return
+    if no_roofline:
+        raise click.UsageError("--no-roofline is for NAME: with --url there is none unless asked")
+    if given and not request.names_hardware:
+        raise click.UsageError(f"{given[0]} is for the roofline: give --gpu or --bandwidth-gbps")
+    if request.names_hardware and request.weights is None:
+        raise click.UsageError("with --url the roofline needs --weights PATH|SIZE")
 
 
 def _playbook(given: str | None, container: str | None) -> Playbook | None:
@@ -291,12 +329,20 @@ def _show(report: BenchReport, path: Path, as_json: bool) -> None:
         return
     from rich.console import Console
 
-    from dflashops.report.bench_view import has_spec, level_errors, levels_table, spec_table
+    from dflashops.report.bench_view import (
+        has_spec,
+        level_errors,
+        levels_table,
+        roofline_line,
+        spec_table,
+    )
 
     console = Console()
     console.print(levels_table(item))
     if has_spec(item):
         console.print(spec_table(item))
+    if line := roofline_line(item):
+        console.print(line)
     for level in report.levels:
         check = level.server_log
         if check is None:

@@ -51,6 +51,7 @@ def report(
         has_spec,
         level_errors,
         levels_table,
+        roofline_line,
         spec_table,
     )
 
@@ -60,6 +61,8 @@ def report(
         console.print(levels_table(item))
         if has_spec(item):
             console.print(spec_table(item))
+        if line := roofline_line(item):
+            console.print(line)
         for error in level_errors(item):
             console.print(f"[red]failed requests[/red] {error}")
     if len(items) > 1:

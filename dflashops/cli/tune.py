@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.roofline_options import roofline_options
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
     from dflashops.tune.live import LiveTuneReport
     from dflashops.tune.roofline import RooflineSpec
+    from dflashops.tune.roofline_request import RooflineRequest
     from dflashops.tune.runs import TuneRun
 
 K_RANGE = click.IntRange(1, 64)
@@ -159,24 +161,7 @@ Examples:
     show_default=True,
     help="Step-time model.",
 )
-@click.option("--gpu", help='Roofline: GPU name, e.g. "RTX A6000", H200.')
-@click.option(
-    "--bandwidth-gbps", type=click.FloatRange(min=0, min_open=True), help="Roofline: GB/s per GPU."
-)
-@click.option("--tp", type=click.IntRange(min=1), help="Roofline: tensor-parallel degree [1].")
-@click.option(
-    "--weights",
-    metavar="PATH|SIZE",
-    help="Roofline: safetensors file/dir (headers only) or a size such as 54GB.",
-)
-@click.option(
-    "--active-params",
-    metavar="FRACTION|COUNT",
-    help="Roofline, MoE: active share (0.1) or count (3B; needs --weights PATH).",
-)
-@click.option(
-    "--extra-bytes", metavar="SIZE", help="Roofline: drafter/KV bytes read per step (e.g. 2GB)."
-)
+@roofline_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_context
 def tune(
@@ -200,12 +185,7 @@ def tune(
     tolerance: float,
     extrapolate: str,
     fit: str,
-    gpu: str | None,
-    bandwidth_gbps: float | None,
-    tp: int | None,
-    weights: str | None,
-    active_params: str | None,
-    extra_bytes: str | None,
+    roofline: RooflineRequest,
     as_json: bool,
 ) -> None:
     """Recommend num_speculative_tokens (k) from measured acceptance and step times.
@@ -232,8 +212,8 @@ def tune(
             "--step-cost": step_costs or None,
             "--throughput": throughputs or None,
             "--from": sources or None,
-            "--gpu": gpu,
-            "--bandwidth-gbps": bandwidth_gbps,
+            "--gpu": roofline.gpu,
+            "--bandwidth-gbps": roofline.bandwidth_gbps,
         }
         given = [option for option, value in offline.items() if value is not None]
         if given:
@@ -294,14 +274,7 @@ def tune(
                 drafted_per_draft=drafted_per_draft,
                 extrapolation=settings.extrapolation,
             )
-        spec = _roofline_spec(
-            gpu=gpu,
-            bandwidth_gbps=bandwidth_gbps,
-            tp=tp,
-            weights=weights,
-            active_params=active_params,
-            extra_bytes=extra_bytes,
-        )
+        spec = _roofline_spec(roofline)
         result = analyse(
             TuneInputs(runs=tuple(runs), acceptance=curve, settings=settings, roofline=spec)
         )
@@ -483,59 +456,18 @@ def _timed_runs(step_costs: tuple[str, ...], throughputs: tuple[str, ...]) -> li
     return runs
 
 
-def _roofline_spec(
-    *,
-    gpu: str | None,
-    bandwidth_gbps: float | None,
-    tp: int | None,
-    weights: str | None,
-    active_params: str | None,
-    extra_bytes: str | None,
-) -> RooflineSpec | None:
-    from dflashops.tune.roofline import (
-        RooflineSpec,
-        parse_count,
-        parse_size,
-        safetensors_weights,
-    )
+def _roofline_spec(request: RooflineRequest) -> RooflineSpec | None:
+    from dflashops.tune.roofline_request import roofline_spec
 
-    if gpu is None and bandwidth_gbps is None:
-        for name, given in (
-            ("--tp", tp),
-            ("--weights", weights),
-            ("--active-params", active_params),
-            ("--extra-bytes", extra_bytes),
-        ):
-            if given is not None:
-                raise click.UsageError(
-                    f"{name} is for the roofline: give --gpu or --bandwidth-gbps"
-                )
+    if not request.names_hardware:
+        stray = request.stray_options()
+        if stray:
+            hint = "give --gpu or --bandwidth-gbps"
+            raise click.UsageError(f"{stray[0]} is for the roofline: {hint}")
         return None
-    if weights is None:
+    if request.weights is None:
         raise click.UsageError("the roofline needs --weights PATH|SIZE")
-    total_params = None
-    if Path(weights).exists():
-        info = safetensors_weights(Path(weights))
-        weight_bytes, total_params = info.bytes, info.params or None
-    else:
-        weight_bytes = parse_size(weights, field="weights")
-    fraction = count = None
-    if active_params is not None:
-        value = parse_count(active_params, field="active-params")
-        if value <= 1:
-            fraction = value
-        else:
-            count = value
-    return RooflineSpec(
-        gpu=gpu,
-        bandwidth_gbps=bandwidth_gbps,
-        tp=tp or 1,
-        weight_bytes=weight_bytes,
-        total_params=total_params,
-        active_fraction=fraction,
-        active_params=count,
-        extra_bytes_per_step=parse_size(extra_bytes, field="extra-bytes") if extra_bytes else 0,
-    )
+    return roofline_spec(request)
 
 
 def _validation_line(exc: ValidationError) -> str:

@@ -157,6 +157,23 @@ def has_spec(item: LabelledReport) -> bool:
     return any(lv.spec_decode_draft_tokens is not None for lv in item.report.levels)
 
 
+def roofline_line(item: LabelledReport) -> str | None:
+    """One line for the report's roofline section: the ceiling and the share reached."""
+    roof = item.report.roofline
+    if not roof:
+        return None
+    hardware = f"{roof.get('gpu') or 'given'} {roof['bandwidth_gbps']:g} GB/s x tp {roof['tp']}"
+    line = (
+        f"roofline: {hardware} / {roof['bytes_per_step'] / 1e9:.3g} GB per step = "
+        f"{roof['ceiling_tok_s_at_al1']:.1f} tok/s x AL {roof['acceptance_length']:.2f} = "
+        f"{roof['ceiling_tok_s']:.1f} tok/s"
+    )
+    measured, share = roof.get("measured_tok_s"), roof.get("fraction_of_ceiling")
+    if measured is not None and share is not None:
+        line += f"; concurrency 1 decodes {measured:.1f} tok/s ({share:.0%} of it)"
+    return line
+
+
 def level_errors(item: LabelledReport) -> list[str]:
     return [
         f"{item.label} c={lv.max_concurrency}: {error}"

@@ -4,7 +4,8 @@
   that position was accepted (vLLM's per-position rate), one bar group per speculating run
   (``method: none`` runs are left out; a run whose drafter is broken shows as zeros).
 - ``throughput_by_concurrency.png``: output tokens/s and mean TPOT against concurrency.
-- ``tune_throughput_by_k.png`` and ``compare_methods.png``: see ``report.tune_plots``.
+- ``tune_throughput_by_k.png``, ``compare_methods.png`` and ``roofline.png``: see
+  ``report.tune_plots``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""PNG plots of the ``tune`` and ``compare`` sections of saved reports (matplotlib, Agg).
+"""PNG plots of the ``tune``, ``compare`` and ``roofline`` sections of saved reports
+(matplotlib, Agg).
 
 - ``tune_throughput_by_k.png``: the tuner's predicted single-stream throughput per k, the runs it
   measured, k* and, when the report has a roofline, the bandwidth ceiling × acceptance length.
 - ``compare_methods.png``: output tokens/s per speculative method, acceptance length on each bar.
+- ``roofline.png``: per report, the concurrency-1 decode rate next to the bandwidth ceiling
+  × acceptance length, labelled with the share reached (red when above: a measurement error).
 
 The sections are read as the JSON they were saved as (``LiveTuneOutcome.section``,
 ``CompareOutcome.section``, ``TuneResult``), so an older report with fewer keys still plots.
@@ -19,6 +22,7 @@ from dflashops.report.plots import save_figure
 
 TUNE_PNG = "tune_throughput_by_k.png"
 COMPARE_PNG = "compare_methods.png"
+ROOFLINE_PNG = "roofline.png"
 
 
 def tune_series(tune: dict[str, Any]) -> tuple[list[tuple[int, float, float | None]], int | None]:
@@ -47,6 +51,9 @@ def write_tune_plots(items: Sequence[LabelledReport], out_dir: Path) -> list[Pat
     compared = [item for item in items if item.report.compare and item.report.compare.get("rows")]
     if compared:
         written.append(_compare_plot(compared, out_dir / COMPARE_PNG))
+    roofed = [item for item in items if (item.report.roofline or {}).get("ceiling_tok_s")]
+    if roofed:
+        written.append(_roofline_plot(roofed, out_dir / ROOFLINE_PNG))
     return written
 
 
@@ -114,4 +121,36 @@ def _compare_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     ax.set_title("Same workload per speculative method (AL = mean tokens per verify step)")
     ax.set_ylim(0, max(row["output_tok_s"] for _, row in rows) * 1.25)
     ax.grid(axis="y", alpha=0.3)
+    return save_figure(fig, path)
+
+
+def _roofline_plot(items: Sequence[LabelledReport], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(items) + 2), 4.6))
+    xs = list(range(len(items)))
+    roofs = [item.report.roofline or {} for item in items]
+    ceilings = [float(roof["ceiling_tok_s"]) for roof in roofs]
+    measured = [float(roof.get("measured_tok_s") or 0.0) for roof in roofs]
+    ax.bar([x + 0.2 for x in xs], ceilings, width=0.4, color="#bbbbbb", label="ceiling × AL")
+    colours = ["#d62728" if roof.get("above_ceiling") else "#1f77b4" for roof in roofs]
+    bars = ax.bar([x - 0.2 for x in xs], measured, width=0.4, color=colours, label="measured")
+    shares = [
+        f"{roof['fraction_of_ceiling']:.0%}" if roof.get("fraction_of_ceiling") else "n/a"
+        for roof in roofs
+    ]
+    ax.bar_label(bars, labels=shares, fontsize=9, padding=2)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(
+        [
+            f"{item.label}\nAL {roof['acceptance_length']:.2f}"
+            for item, roof in zip(items, roofs, strict=True)
+        ],
+        fontsize=9,
+    )
+    ax.set_ylabel("single-stream output tokens/s")
+    ax.set_title("Concurrency 1 vs the bandwidth roofline (% = share of the ceiling)")
+    ax.set_ylim(0, max(ceilings + measured) * 1.15)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
     return save_figure(fig, path)

@@ -175,8 +175,16 @@ def test_bad_file_is_one_line_error(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1
 
 
-def test_tune_and_compare_sections_are_plotted(saved: list[Path], tmp_path: Path) -> None:
-    from dflashops.report.tune_plots import COMPARE_PNG, TUNE_PNG, measured_points, tune_series
+def test_tune_compare_and_roofline_sections_are_plotted(saved: list[Path], tmp_path: Path) -> None:
+    from dflashops.bench.roofline import attach_roofline, plan_roofline
+    from dflashops.report.tune_plots import (
+        COMPARE_PNG,
+        ROOFLINE_PNG,
+        TUNE_PNG,
+        measured_points,
+        tune_series,
+    )
+    from dflashops.tune.roofline_request import RooflineRequest
 
     base = BenchReport.load(saved[1])
     predictions = [
@@ -194,6 +202,9 @@ def test_tune_and_compare_sections_are_plotted(saved: list[Path], tmp_path: Path
         {"method": "dflash", "k": 4, "output_tok_s": 95.0, "acceptance_length": 1.9},
     ]
     report = base.model_copy(update={"tune": tune, "compare": {"rows": rows, "skipped": []}})
+    report = attach_roofline(
+        report, plan_roofline(RooflineRequest(gpu="A6000", weights="4GB"), None)
+    )
     assert tune_series(tune) == (
         [(1, 100.0, 400.0 * 1.5), (2, 120.0, 800.0), (3, 115.0, 1000.0)],
         2,
@@ -201,7 +212,13 @@ def test_tune_and_compare_sections_are_plotted(saved: list[Path], tmp_path: Path
     assert measured_points(tune) == [(3, 111.0), (2, 118.0)]
     items = label_reports([(saved[1], report)])
     written = write_plots(items, tmp_path)
-    assert [p.name for p in written] == [ACCEPTANCE_PNG, CONCURRENCY_PNG, TUNE_PNG, COMPARE_PNG]
+    assert [p.name for p in written] == [
+        ACCEPTANCE_PNG,
+        CONCURRENCY_PNG,
+        TUNE_PNG,
+        COMPARE_PNG,
+        ROOFLINE_PNG,
+    ]
     for path in written[2:]:
         with Image.open(path) as image:
             assert image.format == "PNG"
