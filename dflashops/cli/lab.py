@@ -91,7 +91,8 @@ def status(as_json: bool) -> None:
     "--json", "as_json", is_flag=True, help="Print the demo's report as one JSON document."
 )
 def demo(as_json: bool) -> None:
-    """The main job on the embedded default: lab up, provision, launch vLLM with DFlash, ask, bench.
+    """The main job on the embedded default: lab up, provision, launch vLLM with DFlash, ask,
+    bench, tune num_speculative_tokens.
 
     \b
     Stages (each the real command's core call, against the lab):
@@ -101,7 +102,10 @@ def demo(as_json: bool) -> None:
       4. launch the lab-dflash playbook in it (bundled server -> vLLM + DFlash)
       5. a first chat completion; the server's vllm:spec_decode_* counters
       6. bench: client latencies plus spec-decode counters and log windows
-    Re-running is safe: every stage is idempotent.
+      7. tune: launch and bench at up to 3 values of k, fit, pick k*, verify;
+         the server stays at k*, kept in <lab state>/lab-dflash.tuned.yaml
+    Re-running is safe: every stage is idempotent (a tuned playbook is reused;
+    delete it to tune again). On 2 CPU cores the first run takes ~10 minutes.
     """
     from dflashops.lab.demo import run_demo
 
@@ -124,6 +128,8 @@ def demo(as_json: bool) -> None:
     console.print(f"first reply: {report.first_reply!r}")
     console.print(f"spec-decode counters: {report.spec_decode}")
     console.print(f"bench: {report.bench} (saved to {report.bench_file})")
+    if report.tune:
+        console.print(f"tuned playbook: {report.playbook} (k*={report.tune['best_k']})")
     console.print(f"inventory: dflashops -i {report.inventory} status")
 
 

@@ -4,8 +4,13 @@ Every stage is the real command's core function, run against the lab exactly as 
 it against a Proxmox host: the lab's vLLM CPU runtime and models (built once, cached), ``lab up``,
 ``provision`` (a container created through the PVE API double, reachable over SSH), ``launch``
 (the bundled server preflights and execs real vLLM with the DFlash drafter), a first chat
-request, ``bench`` (client latencies plus the server's spec-decode counters) and an offline
-``tune`` recommendation from the measured acceptance.
+request, ``bench`` (client latencies plus the server's spec-decode counters) and a live
+``tune`` of ``num_speculative_tokens``: a few launches and benches, k* chosen from the measured
+acceptance and step times, the server left running at k*.
+
+The tuned playbook is kept in the lab's state folder (``lab-dflash.tuned.yaml``), never written
+over the bundled one; later demos launch it, so a re-run finds the server unchanged and reports
+the earlier k* (delete the file to tune again).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from dflashops.errors import LabError
 Progress = Callable[[str], None]
 DEMO_CONTAINER = "lab-ct1"
 DEMO_PLAYBOOK = "lab-dflash"
+TUNED_PLAYBOOK = f"{DEMO_PLAYBOOK}.tuned.yaml"
+TUNE_BUDGET = 3
 FIRST_PROMPT = "Explain the theory of general relativity in detail."
 
 
@@ -37,6 +44,8 @@ class DemoReport:
     spec_decode: dict[str, Any] = field(default_factory=dict)
     bench_file: str = ""
     bench: dict[str, Any] = field(default_factory=dict)
+    playbook: str = ""
+    tune: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
@@ -88,13 +97,17 @@ def run_demo(progress: Progress | None = None) -> DemoReport:
     stages.run("lab up", up)
     report.inventory = str(paths.inventory)
     inventory: Inventory = load_inventory(paths.inventory)
-    playbook = load_playbook(resolve_playbook_path(DEMO_PLAYBOOK))
+    tuned = paths.state / TUNED_PLAYBOOK
+    book_path = tuned if tuned.is_file() else resolve_playbook_path(DEMO_PLAYBOOK)
+    playbook = load_playbook(book_path)
     report.model = playbook.served_name
+    report.playbook = str(book_path)
 
     stages.run("provision", lambda: _provision(inventory, say))
     stages.run("launch", lambda: _launch(inventory, playbook, report, say))
     stages.run("first request", lambda: _first_request(report, playbook))
     stages.run("bench", lambda: _bench(inventory, playbook, report, paths.state, say))
+    stages.run("tune", lambda: _tune(inventory, book_path, tuned, report, say))
     return report
 
 
@@ -165,3 +178,42 @@ def _bench(inventory: Any, playbook: Any, report: DemoReport, state: Path, say: 
         "per_position_acceptance": level.spec_decode_per_position_acceptance_rates,
     }
     return f"{level.output_throughput:.1f} tok/s at concurrency {level.max_concurrency}"
+
+
+def _tune(inventory: Any, book_path: Path, tuned: Path, report: DemoReport, say: Progress) -> str:
+    """Tune k live on a copy of the playbook; the copy becomes ``tuned`` once k* is verified."""
+    from dflashops.playbook.load import load_playbook
+    from dflashops.tune.live import LiveTuneJob, live_tune
+
+    if book_path == tuned:
+        k = load_playbook(tuned).server.num_speculative_tokens
+        report.tune = {"best_k": k, "playbook": str(tuned), "tuned_earlier": True}
+        return f"k*={k}, tuned earlier ({tuned}; delete it to tune again)"
+    draft = tuned.with_name(f".{tuned.name}.tuning")
+    draft.write_text(book_path.read_text(encoding="utf-8"), encoding="utf-8")
+    workdir = tuned.parent / "demo-tune"
+    workdir.mkdir(parents=True, exist_ok=True)
+    job = LiveTuneJob(
+        container=DEMO_CONTAINER, playbook_path=draft, budget=TUNE_BUDGET, workdir=workdir
+    )
+    result = live_tune(inventory, job, say=say)
+    draft.replace(tuned)  # only a verified k* is kept: a failed tune leaves no tuned playbook
+    outcome = result.outcome
+    saved = result.report.save(workdir / "tune-verify.json")
+    report.playbook = str(tuned)
+    report.tune = {
+        "best_k": outcome.best_k,
+        "start_k": outcome.start_k,
+        "launches": outcome.launches,
+        "predicted_tok_s": outcome.predicted_tok_s,
+        "measured_tok_s": outcome.measured_tok_s,
+        "start_tok_s": outcome.start_tok_s,
+        "gain": outcome.gain,
+        "playbook": str(tuned),
+        "report": str(saved),
+        "tuned_earlier": False,
+    }
+    gain = "" if outcome.gain is None else f", {outcome.gain:+.0%} over k={outcome.start_k}"
+    measured = outcome.measured_tok_s
+    shown = "?" if measured is None else f"{measured:.1f}"
+    return f"k*={outcome.best_k}: {shown} tok/s measured{gain} ({len(outcome.launches)} launches)"

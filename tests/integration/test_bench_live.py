@@ -28,6 +28,7 @@ from dflashops.cli import cli
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.lab.hosts import SshHost
 from dflashops.playbook.models import Playbook
+from dflashops.tune.roofline_request import RooflineRequest
 from tests.support.ssh_hosts import connect_to
 from tests.support.vllm_servers import MODEL_NAME, NUM_SPECULATIVE_TOKENS, VllmServer
 
@@ -183,8 +184,21 @@ def test_dflash_bench_container_with_manifest(
         manifest_path=str(manifest),
         log_path=str(dflash_server.log_path),
         environ={},
+        roofline=RooflineRequest(bandwidth_gbps=50),  # a CPU server has no GPU table entry
     )
     assert_server_side_matches(report, dflash_server)
+    # the roofline sized the weights in the container's model dir (the manifest's), over SSH
+    roof = report.roofline
+    assert roof is not None
+    model_dir = Path(dflash_server.spec.model)
+    weights = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
+    assert roof["bytes_per_step"] == weights > 0
+    assert roof["sources"]["weights"].startswith(f"safetensors file sizes in {model_dir}")
+    assert roof["sources"]["bandwidth"] == "--bandwidth-gbps"
+    level_1 = report.level(1)
+    assert level_1 is not None and level_1.mean_tpot_ms
+    assert roof["measured_tok_s"] == pytest.approx(1000 / level_1.mean_tpot_ms)
+    assert roof["acceptance_length"] == level_1.spec_decode_acceptance_length
     config = report.config
     assert config.url == f"http://127.0.0.1:{dflash_server.port}"  # 0.0.0.0 → the container
     assert config.resolved_from["url"] == "deployed.json"
@@ -258,6 +272,8 @@ def test_dflash_cli_bench_name(
     assert "server log, concurrency 1:" in result.output and "agrees with /metrics" in result.output
     report = BenchReport.load(out)
     assert report.config.container == CONTAINER and report.config.playbook == "test-dflash"
+    assert report.roofline is None  # a CPU server: said why, and what would give one
+    assert any(n.startswith("no roofline: the server runs on cpu") for n in report.notes)
     assert_server_side_matches(report, dflash_server)
 
 

@@ -178,3 +178,15 @@ def test_bench_url_with_roofline_options(tmp_path: Path) -> None:
 def test_bench_roofline_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(cli, ["bench", *args])
     assert result.exit_code == 2 and message in result.stderr
+
+
+def test_real_nvidia_smi_output_resolves_to_the_table() -> None:
+    # captured on a real H200 host (driver 580.159.04) with GPU_QUERY
+    fixture = Path(__file__).parents[1] / "fixtures/roofline/nvidia-smi-query-gpu-name-h200.txt"
+    facts = RooflineFacts(gpus=gpu_names(fixture.read_text()), weights=WEIGHTS_27B)
+    assert facts.gpus == ("NVIDIA H200",)
+    plan = plan_roofline(RooflineRequest(), facts, tp=1)
+    assert plan.spec is not None
+    section = attach_roofline(report("none", None, 20.0, None), plan).roofline
+    assert section is not None and section["bandwidth_gbps"] == 4800
+    assert section["bandwidth_source"].startswith("H200: vendor spec value")
