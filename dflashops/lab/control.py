@@ -144,8 +144,9 @@ def lab_down(
         _stop_daemon(paths, pid)
     elif os.geteuid() == 0 and paths.state.exists():
         # a daemon that died without cleaning up (SIGKILL, OOM): sweep its hosts by name
-        hosts.remove_netns_hosts("dfo-ct")
-        hosts.remove_netns_host(LabNetwork.from_env().node_host)
+        network = LabNetwork.from_env()
+        hosts.remove_netns_hosts(network.container_prefix)
+        hosts.remove_netns_host(network.node_host)
         unstage_mounts(paths)
     shutil.rmtree(paths.state, ignore_errors=True)
     shutil.rmtree(paths.run, ignore_errors=True)

@@ -57,6 +57,15 @@ class LabNetwork:
             node_host=env.get("DFLASHOPS_LAB_NODE_HOST", cls.node_host),
         )
 
+    @property
+    def container_prefix(self) -> str:
+        """Netns names of this lab's containers: ``dfo-ct<vmid>`` for the default lab,
+        ``dfo<tag>-ct<vmid>`` for the lab whose node host is ``dfo-node<tag>``."""
+        tag = self.node_host.removeprefix("dfo-node")
+        if tag == self.node_host:  # a node host named otherwise: its last letters tell labs apart
+            tag = "".join(ch for ch in self.node_host if ch.isalnum())[-3:]
+        return f"dfo{tag}-ct"
+
     def argv(self) -> list[str]:
         return [
             f"--bridge={self.bridge}",
@@ -163,6 +172,7 @@ def run_daemon(paths: LabPaths, net: LabNetwork, spec: NodeSpec, extra: list[Mou
         network=net.cidr,
         own_bridge=False,
         extra_mounts=staged,
+        host_prefix=net.container_prefix,
     )
     try:
         root = render_node_root(paths.run, spec)

@@ -123,7 +123,7 @@ def test_container_becomes_a_private_ssh_host_and_raw_lines_reach_the_api(
     netns = subprocess.run(
         ["ip", "netns", "list"], capture_output=True, text=True, check=True
     ).stdout
-    assert "dfo-ct930" not in netns
+    assert "dfot-ct930" not in netns.split()  # this lab's prefix (node host dfo-nodet)
 
 
 def test_down_removes_everything(lab_env: dict[str, str], running_lab: dict[str, object]) -> None:

@@ -2,7 +2,7 @@
 HTTPS to the schema-checked PVE double, SSH to the lab's PVE node host and into the containers.
 
 Each test class runs its own lab (bridge dfolabp0, 10.200.10.0/24, a free API port, node host
-dfo-nodep; vmids 950-989, so container namespaces are dfo-ct95x..98x), one after the other:
+dfo-nodep; vmids 950-989, so container namespaces are dfop-ct95x..98x), one after the other:
 ``TestCurrentPve`` on the default node (PVE 9.1, cgroup v2, uvm present: devN), ``TestOldPve``
 on a PVE 8.0 cgroup v1 node (raw lxc lines over SSH, no interfaces endpoint).
 """

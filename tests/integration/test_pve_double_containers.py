@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.root, pytest.mark.timeout(180)]
 # a bridge and subnet of their own, so these tests never touch dfotest0 or the lab's dfolab0
 BRIDGE = "dfotpve0"
 NETWORK = "10.200.7.0/24"
+PREFIX = "dfoz-ct"  # not the default lab's dfo-ct: a running default lab keeps its containers
 TEMPLATE = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
 
 
@@ -35,9 +36,11 @@ def lab(tmp_path: Path) -> Iterator[tuple[PveDouble, NetnsContainers]]:
     reason = netns_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    remove_netns_hosts("dfo-ct9")  # leftovers of a crashed earlier run of these tests
+    remove_netns_hosts(PREFIX)  # leftovers of a crashed earlier run of these tests
     with (
-        NetnsContainers(tmp_path / "cts", bridge=BRIDGE, network=NETWORK, own_bridge=True) as cts,
+        NetnsContainers(
+            tmp_path / "cts", bridge=BRIDGE, network=NETWORK, own_bridge=True, host_prefix=PREFIX
+        ) as cts,
         serve_double(tmp_path / "pve", backend=cts, create_delay=0.1, task_delay=0.02) as double,
     ):
         yield double, cts
@@ -140,6 +143,6 @@ def test_destroy_removes_the_host_and_its_files(
     assert cts.container_dir(904).exists()
     wait_ok(prox, prox.nodes("lab").lxc(904).delete(force=1))
     assert not cts.container_dir(904).exists()
-    assert not Path("/run/netns", host_name(904)).exists()
+    assert not Path("/run/netns", host_name(904, PREFIX)).exists()
     assert cts.host(904) is None
     assert prox.nodes("lab").lxc.get() == []

@@ -38,10 +38,21 @@ OVERLAID = ("/etc", "/opt", "/var")
 PRIVATE = ("/root", "/srv")
 
 
-def host_name(vmid: int) -> str:
-    """The netns/veth name of a container (at most 13 characters)."""
-    name = f"dfo-ct{vmid}"
-    return name if len(name) <= 13 else f"dfo-{vmid:x}"
+DEFAULT_HOST_PREFIX = "dfo-ct"
+MAX_HOST_NAME = 13  # hosts.py derives veth names from it, and Linux allows 15 characters
+
+
+def host_name(vmid: int, prefix: str = DEFAULT_HOST_PREFIX) -> str:
+    """The netns/veth name of container ``vmid``: ``<prefix><vmid>``, or hex for long vmids.
+
+    Each lab has its own prefix, so two labs (the default and a test's) never share a name.
+    """
+    name = f"{prefix}{vmid}"
+    if len(name) > MAX_HOST_NAME:
+        name = f"{prefix.removesuffix('ct')}{vmid:x}"
+    if len(name) > MAX_HOST_NAME:
+        raise LabError(f"CT {vmid}: no netns name of at most {MAX_HOST_NAME} characters")
+    return name
 
 
 class NetnsContainers:
@@ -55,8 +66,10 @@ class NetnsContainers:
         network: str = LAB_NETWORK,
         own_bridge: bool = False,
         extra_mounts: Sequence[Mount] = (),
+        host_prefix: str = DEFAULT_HOST_PREFIX,
     ) -> None:
         self.workdir = workdir.resolve()
+        self.host_prefix = host_prefix
         self.bridge = bridge
         self.network = ipaddress.ip_network(network)
         self.own_bridge = own_bridge
@@ -95,6 +108,9 @@ class NetnsContainers:
     def container_dir(self, vmid: int) -> Path:
         return self.workdir / f"ct{vmid}"
 
+    def host_name(self, vmid: int) -> str:
+        return host_name(vmid, self.host_prefix)
+
     def host(self, vmid: int) -> SshHost | None:
         with self._lock:
             return self._hosts.get(vmid)
@@ -120,7 +136,7 @@ class NetnsContainers:
             (folder / target.strip("/")).mkdir(exist_ok=True)
             mounts.append(Mount.bind(folder / target.strip("/"), target, read_only=False))
         host = hosts.start_netns_host(
-            host_name(vmid),
+            self.host_name(vmid),
             bridge=self.bridge,
             address=f"{address}/{self.network.prefixlen}",
             workdir=self.workdir / "hosts",
@@ -139,12 +155,12 @@ class NetnsContainers:
         if host is not None:
             hosts.stop_host(host)
         else:
-            hosts.remove_netns_host(host_name(vmid))  # a leftover of an earlier run
+            hosts.remove_netns_host(self.host_name(vmid))  # a leftover of an earlier run
 
     def on_destroy(self, vmid: int) -> None:
         self.on_stop(vmid)
         shutil.rmtree(self.container_dir(vmid), ignore_errors=True)
-        shutil.rmtree(self.workdir / "hosts" / host_name(vmid), ignore_errors=True)
+        shutil.rmtree(self.workdir / "hosts" / self.host_name(vmid), ignore_errors=True)
 
     def interfaces(self, vmid: int) -> list[dict[str, Any]]:
         host = self.host(vmid)
