@@ -186,6 +186,7 @@ def live_tune(
     from dflashops.launch.core import launch
     from dflashops.playbook.load import load_playbook
     from dflashops.tune.model import TuneSettings
+    from dflashops.tune.roofline_request import RooflineRequest
     from dflashops.tune.source import load_runs
 
     tell = say or (lambda _message: None)
@@ -219,7 +220,10 @@ def live_tune(
         settings = BenchSettings.from_playbook(
             at_k, concurrency=(1,), requests=job.requests, label=f"{job.container} k={k}"
         )
-        report = bench_container(inventory, job.container, at_k, settings, progress=tell)
+        # every bench carries the bandwidth roofline on a GPU server (a note on a CPU one)
+        report = bench_container(
+            inventory, job.container, at_k, settings, progress=tell, roofline=RooflineRequest()
+        )
         path = report.save(job.workdir / f"tune-{job.container}-{len(reports) + 1}-k{k}.json")
         reports.append(report)
         files.append(path)

@@ -99,3 +99,36 @@ def test_live_tune_writes_a_verified_k(
     # the decaying draft: acceptance falls with position in the merged curve
     rates = report.tune["result"]["acceptance"]["rates"]
     assert rates[0] > rates[-1]
+    # a CPU server: the roofline was considered, and the report says why there is none
+    assert report.roofline is None
+    assert any(note.startswith("no roofline: the server runs on cpu") for note in report.notes)
+
+
+def test_live_compare_benches_each_method(lab: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+    env, inventory_path = lab
+    book = tmp_path / "lab-decay.yaml"
+    book.write_text((REPO / "playbooks" / "lab-decay.yaml").read_text(encoding="utf-8"))
+    out = tmp_path / "compare.json"
+    methods = "none,ngram,draft_model,dflash"
+    args = ["-i", str(inventory_path), "compare", "lab-ct1", "-p", str(book), "-n", "2"]
+    done = run_cli(env, *args, "--methods", methods, "--out", str(out), "--json", timeout=480)
+    summary = json.loads(done.stdout)
+    rows = {row["method"]: row for row in summary["rows"]}
+    assert list(rows) == ["none", "ngram", "draft_model"]
+    (skipped,) = summary["skipped"]
+    assert skipped["method"] == "dflash" and "drafter" in skipped["reason"]
+    for row in rows.values():
+        assert row["output_tok_s"] > 0 and row["completed"] == 2 and row["failed"] == 0
+    assert rows["none"]["acceptance_length"] is None and rows["none"]["k"] is None
+    decay = rows["draft_model"]
+    assert decay["k"] == 4 and decay["acceptance_length"] > 1.0
+    assert decay["per_position_acceptance"][0] > decay["per_position_acceptance"][-1]
+    # n-gram runs at the playbook's k; on this workload it may find no repeated n-gram to propose
+    assert rows["ngram"]["k"] == 4
+
+    report = BenchReport.load(out)
+    assert report.compare is not None and report.compare["rows"] == summary["rows"]
+    plots = json.loads(
+        run_cli(env, "report", str(out), "--plots", str(tmp_path / "plots"), "--json").stdout
+    )["plots"]
+    assert str(tmp_path / "plots" / "compare_methods.png") in plots
