@@ -105,7 +105,7 @@ def demo(as_json: bool) -> None:
       7. tune: launch and bench at up to 3 values of k, fit, pick k*, verify;
          the server stays at k*, kept in <lab state>/lab-dflash.tuned.yaml
     Re-running is safe: every stage is idempotent (a tuned playbook is reused;
-    delete it to tune again). On 2 CPU cores the first run takes ~10 minutes.
+    delete it to tune again). On 2 CPU cores the first run takes ~5 minutes.
     """
     from dflashops.lab.demo import run_demo
 
