@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflashops import __version__
+from dflashops.cache import cache_root
 from dflashops.errors import DflashopsError
 
 WHEEL_ENV = "DFLASHOPS_WHEEL"
@@ -87,8 +88,6 @@ def file_sha256(path: Path) -> str:
 
 
 def wheel_cache_dir() -> Path:
-    from dflashops.lab.models.layout import cache_root
-
     return cache_root() / "wheels"
 
 

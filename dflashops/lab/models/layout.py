@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dflashops.cache import cache_root
 
 # Bump when the builders change what they write, so a cached build is rebuilt.
 FORMAT_VERSION = 1
@@ -23,16 +24,6 @@ DRAFT_DECAY = "tiny-qwen3-draft-decay"
 PROMPTS = "prompts.jsonl"
 ACCEPTANCE = "acceptance.json"
 MANIFEST = "manifest.json"
-
-
-def cache_root() -> Path:
-    """dflashops' cache folder: ``$DFLASHOPS_CACHE``, else ``$XDG_CACHE_HOME/dflashops``."""
-    explicit = os.environ.get("DFLASHOPS_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "dflashops"
 
 
 def default_models_dir() -> Path:

@@ -157,6 +157,10 @@ class NetnsContainers:
         else:
             hosts.remove_netns_host(self.host_name(vmid))  # a leftover of an earlier run
 
+    def is_running(self, vmid: int) -> bool:
+        host = self.host(vmid)
+        return host is not None and hosts.host_alive(host)
+
     def on_destroy(self, vmid: int) -> None:
         self.on_stop(vmid)
         shutil.rmtree(self.container_dir(vmid), ignore_errors=True)

@@ -50,6 +50,9 @@ class ContainerBackend(Protocol):
     def interfaces(self, vmid: int) -> list[dict[str, Any]]:
         """``GET .../interfaces`` for a running container, in PVE's shape."""
 
+    def is_running(self, vmid: int) -> bool:
+        """Whether a container started here still runs (False once it died under the double)."""
+
 
 @dataclass(frozen=True)
 class Appliance:
@@ -247,7 +250,13 @@ class DoubleState:
 
     def runtime_of(self, vmid: int) -> Runtime:
         with self.lock:
-            return self.runtime.setdefault(vmid, Runtime())
+            runtime = self.runtime.setdefault(vmid, Runtime())
+        backend = self.settings.backend
+        if runtime.running and backend is not None and not backend.is_running(vmid):
+            # like a CT whose init died: PVE reports it stopped, and a start must work again
+            backend.on_stop(vmid)
+            runtime.running, runtime.address = False, None
+        return runtime
 
     def check_node(self, node: str) -> None:
         if node not in self.settings.nodes:
