@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from dflashops.cache import cache_root
 from dflashops.errors import LabError, tail_lines
 from dflashops.lab import hosts
 from dflashops.lab.daemon import LAB_NODE, LabNetwork, unstage_mounts
@@ -348,6 +349,4 @@ def _alive(pid: int) -> bool:
 
 def _cache_folders() -> list[Path]:
     """The lab's caches: the vLLM venv, the models, their lock files and path shims."""
-    from dflashops.cache import cache_root
-
     return [cache_root() / "lab"]
