@@ -15,13 +15,14 @@ Rising above this machine's noise: a bench on 2 shared cores runs 10-25 % slower
 reasons outside the server (a plain Python loop timed the same way varies as much), while the
 server's own work is deterministic (temperature 0: the same accepted-token count every bench).
 So each sweep launch is benched ``--benches`` times and a k's rate is the median of all its
-benches over all passes; a bootstrap over those benches gives the score's 95 % interval. The
+benches over all passes; a bootstrap over its launches gives the score's 95 % interval. The
 tuner gets the same help through its own knob: ``--tune-requests`` (``tune --requests``) makes
 each of its benches longer, so one bench spans several of those slow spells.
 
 The result JSON is rewritten after every sweep pass and tune run, so an interrupted run keeps
-what it measured; ``--sweep-from`` reuses an earlier result's sweep passes (later passes continue
-the alternating order).
+what it measured; ``--resume-from`` continues an earlier result: its sweep passes and tune runs
+are kept (later passes continue the alternating order) and every tune run is scored again
+against the combined sweep.
 
 The score of a tune run is the sweep's median throughput at the k it picked over the sweep's best
 median: issue 10 asks for at least 0.97. Both sides use the tuner's own metric, the single-stream
@@ -87,13 +88,22 @@ def sweep_pass(
 
 
 def score_interval(
-    samples: dict[int, list[float]], picked: int, rounds: int = 2000
+    launches: dict[int, list[list[float]]], picked: int, rounds: int = 2000
 ) -> tuple[float, float, float]:
-    """Bootstrap over each k's benches: the 2.5/97.5 % points of the score and P(score >= 0.97)."""
+    """Bootstrap the score's 2.5/97.5 % points and P(score >= 0.97), resampling whole launches.
+
+    A launch's benches share its slow or fast spell, so they are not independent samples: each
+    round draws every k's launches with replacement and takes the median of their benches.
+    """
     rng = random.Random(0)
     scores = []
     for _ in range(rounds):
-        medians = {k: statistics.median(rng.choices(v, k=len(v))) for k, v in samples.items()}
+        medians = {
+            k: statistics.median(
+                [rate for launch in rng.choices(runs, k=len(runs)) for rate in launch]
+            )
+            for k, runs in launches.items()
+        }
         scores.append(medians[picked] / max(medians.values()))
     scores.sort()
     low, high = scores[int(0.025 * rounds)], scores[int(0.975 * rounds) - 1]
@@ -123,6 +133,7 @@ def tune_once(
     )
     return {
         "best_k": outcome.best_k,
+        "requests_per_bench": job.requests,
         "launches": outcome.launches,
         "predicted_tok_s": outcome.predicted_tok_s,
         "measured_tok_s": outcome.measured_tok_s,
@@ -134,8 +145,14 @@ def tune_once(
 def summarize(
     args: argparse.Namespace, ks: list[int], passes: list[dict[int, list[float]]], tunes: list[Any]
 ) -> dict[str, Any]:
-    """The result so far: sweep medians per k, and each tune run scored against them."""
-    samples = {k: [rate for p in passes for rate in p.get(k, [])] for k in ks}
+    """The result so far: sweep medians per k, and each tune run scored against them.
+
+    Every k any pass measured counts, so resumed passes over part of the range (more launches
+    of the contenders) add to the full sweep instead of replacing it.
+    """
+    ks = sorted({*ks, *(k for p in passes for k in p)})
+    launches = {k: [p[k] for p in passes if p.get(k)] for k in ks}
+    samples = {k: [rate for launch in launches[k] for rate in launch] for k in ks}
     measured = [k for k in ks if samples[k]]
     median = {k: statistics.median(samples[k]) for k in measured}
     spread = {
@@ -143,11 +160,17 @@ def summarize(
         for k in measured
         if len(samples[k]) > 1
     }
+    # the same k's launch medians apart show how much of the noise comes per launch, not per bench
+    launch_spread = {
+        k: statistics.stdev(medians) / statistics.fmean(medians)
+        for k in measured
+        if len(medians := [statistics.median(launch) for launch in launches[k]]) > 1
+    }
     best_k = max(measured, key=lambda k: median[k]) if len(measured) == len(ks) else None
     for tune in tunes:
         if best_k is None:
             continue
-        low, high, chance = score_interval(samples, tune["best_k"])
+        low, high, chance = score_interval(launches, tune["best_k"])
         tune["sweep_tok_s_at_best_k"] = median[tune["best_k"]]
         tune["score"] = median[tune["best_k"]] / median[best_k]
         tune["score_95pct_interval"] = [low, high]
@@ -162,10 +185,11 @@ def summarize(
         "requests_per_sweep_bench": args.requests,
         "requests_per_tune_bench": args.tune_requests or args.requests,
         "benches_per_sweep_launch": args.benches,
-        "sweep_from": str(args.sweep_from) if args.sweep_from else None,
+        "resumed_from": str(args.resume_from) if args.resume_from else None,
         "sweep_passes": [{str(k): rates for k, rates in p.items()} for p in passes],
         "sweep_median_tok_s": {str(k): v for k, v in median.items()},
         "sweep_relative_stdev_per_bench": {str(k): v for k, v in spread.items()},
+        "sweep_relative_stdev_of_launch_medians": {str(k): v for k, v in launch_spread.items()},
         "sweep_best_k": best_k,
         "tunes": tunes,
         "all_within_3pct": bool(tunes) and all(t.get("within_3pct") for t in tunes),
@@ -175,11 +199,12 @@ def summarize(
 
 
 def show(result: dict[str, Any]) -> None:
-    print("\n  k   sweep median tok/s   rel. stdev per bench")
+    print("\n  k   sweep median tok/s   rel. stdev per bench   of launch medians")
     for k, median in result["sweep_median_tok_s"].items():
         marker = "  <- sweep best" if int(k) == result["sweep_best_k"] else ""
         spread = result["sweep_relative_stdev_per_bench"].get(k)
-        print(f"  {k:<3} {median:>18.1f}   {spread or 0:>20.1%}{marker}")
+        per_launch = result["sweep_relative_stdev_of_launch_medians"].get(k)
+        print(f"  {k:<3} {median:>18.1f}   {spread or 0:>20.1%}   {per_launch or 0:>17.1%}{marker}")
     print("\n  tune  k*  launches        score   95 % interval   P(score >= 0.97)")
     for index, tune in enumerate(result["tunes"], 1):
         if "score" not in tune:
@@ -207,7 +232,10 @@ def main() -> int:
         "--tune-requests", type=int, default=None, help="requests per tune bench (--requests)"
     )
     parser.add_argument(
-        "--sweep-from", type=Path, default=None, help="a result JSON whose sweep passes to reuse"
+        "--resume-from",
+        type=Path,
+        default=None,
+        help="a result JSON whose sweep passes and tune runs to keep",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -216,10 +244,11 @@ def main() -> int:
     ks = list(range(args.k_min, args.k_max + 1))
     workdir = Path(tempfile.mkdtemp(prefix="tune-vs-sweep-"))
     passes: list[dict[int, list[float]]] = []
-    if args.sweep_from:
-        earlier = json.loads(args.sweep_from.read_text(encoding="utf-8"))["sweep_passes"]
-        passes = [{int(k): rates for k, rates in p.items()} for p in earlier]
     tunes: list[dict[str, Any]] = []
+    if args.resume_from:
+        earlier = json.loads(args.resume_from.read_text(encoding="utf-8"))
+        passes = [{int(k): rates for k, rates in p.items()} for p in earlier["sweep_passes"]]
+        tunes = list(earlier["tunes"])  # summarize() scores them again
     out = (
         args.out
         or REPO / "benchmarks" / "results" / f"tune-vs-sweep-{datetime.now(UTC):%Y%m%d-%H%M}.json"
@@ -233,10 +262,12 @@ def main() -> int:
             order = ks if index % 2 == 0 else ks[::-1]
             passes.append(sweep_pass(inventory, args, order, workdir, index))
         if step < args.tunes:
-            tunes.append(tune_once(inventory, args, workdir, step))
-        result = summarize(args, ks, passes, tunes)
-        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            tunes.append(tune_once(inventory, args, workdir, len(tunes)))
+        out.write_text(json.dumps(summarize(args, ks, passes, tunes), indent=2) + "\n", "utf-8")
 
+    # with --resume-from and nothing new to run this only scores the earlier result again
+    result = summarize(args, ks, passes, tunes)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     show(result)
     print(f"\nsaved {out}")
     return 0 if result["all_within_3pct"] else 1
