@@ -16,7 +16,8 @@ noise came in spells longer than a pair, the ratio of the two would hold still w
 move. Run with k = ref-k, the ratio's spread is the floor of any paired comparison. ``--pin``
 first binds every server process except vLLM's worker to the cores vLLM reserved for them: the
 CPU build pins only its worker and lets the engine core, which busy-polls its shared-memory queue,
-run on any core (the worker's included).
+run on any core (the worker's included). The lab's containers share the host's process table,
+so this binds both servers.
 
 Rows go to ``benchmarks/results/lab-noise-<mode>-<date>.jsonl`` as they are measured.
 """
@@ -87,11 +88,11 @@ for _ in sys.stdin:
     print(json.dumps({p.__name__: timed(p) for p in probes}), flush=True)
 """
 
-# every process of the container's server except vLLM's pinned worker, onto the reserved cores
+# the container's API server (found by its venv's path) and engine core (by its process name, which
+# vLLM sets; /proc/PID/comm keeps 15 characters), not the worker, onto the reserved cores
 PIN_COMMAND = (
-    "for pid in $(pgrep -f /opt/dflashops/venv-vllm); do "
-    '[ "$(cat /proc/$pid/comm)" = VLLM::Worker ] || taskset -a -pc {cores} $pid >/dev/null; '
-    "done"
+    "for pid in $(pgrep -f /opt/dflashops/venv-vllm) $(pgrep -x VLLM::EngineCor); do "
+    "taskset -a -pc {cores} $pid >/dev/null; done"
 )
 
 
@@ -214,6 +215,8 @@ def main() -> int:
         "--pin", default=None, metavar="CORES", help="paired: bind non-worker processes here (1)"
     )
     args = parser.parse_args()
+    if min(args.benches, args.pairs) < 2:
+        parser.error("--benches and --pairs need at least 2 (the summary is a spread)")
 
     inventory = load_inventory(lab_paths().inventory)
     stamp = f"{datetime.now(UTC):%Y%m%d-%H%M}"
