@@ -133,11 +133,12 @@ def calibration(args: argparse.Namespace, inventory: Inventory, out: Path) -> di
         [str(python), "-c", PROBE_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     assert worker.stdin is not None and worker.stdout is not None
+    ask, answers = worker.stdin, worker.stdout
 
     def probe() -> dict[str, float]:
-        worker.stdin.write("\n")  # type: ignore[union-attr]
-        worker.stdin.flush()  # type: ignore[union-attr]
-        return dict(json.loads(worker.stdout.readline()))  # type: ignore[union-attr]
+        ask.write("\n")
+        ask.flush()
+        return dict(json.loads(answers.readline()))
 
     rows = []
     for index in range(args.benches):
@@ -147,7 +148,7 @@ def calibration(args: argparse.Namespace, inventory: Inventory, out: Path) -> di
         rows.append({"k": args.k, "index": index, "rate": rate, "before": before, "after": after})
         record(out, rows[-1])
         print(f"{index:3} rate {rate:6.1f}  " + "  ".join(f"{p} {after[p]:.3f}" for p in PROBES))
-    worker.stdin.close()
+    ask.close()
     worker.wait()
     rates = [row["rate"] for row in rows]
     summary: dict[str, Any] = {"benches": len(rows), "rate_relative_stdev": spread(rates)}

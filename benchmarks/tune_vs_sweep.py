@@ -240,7 +240,6 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    inventory = load_inventory(args.inventory or lab_paths().inventory)
     ks = list(range(args.k_min, args.k_max + 1))
     workdir = Path(tempfile.mkdtemp(prefix="tune-vs-sweep-"))
     passes: list[dict[int, list[float]]] = []
@@ -254,20 +253,27 @@ def main() -> int:
         or REPO / "benchmarks" / "results" / f"tune-vs-sweep-{datetime.now(UTC):%Y%m%d-%H%M}.json"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    # interleave: sweep, tune, reversed sweep, tune, … so both see the same machine conditions;
-    # the result is saved after every step, so an interrupted run keeps what it measured
-    for step in range(max(args.passes, args.tunes)):
-        if step < args.passes:
-            index = len(passes)
-            order = ks if index % 2 == 0 else ks[::-1]
-            passes.append(sweep_pass(inventory, args, order, workdir, index))
-        if step < args.tunes:
-            tunes.append(tune_once(inventory, args, workdir, len(tunes)))
-        out.write_text(json.dumps(summarize(args, ks, passes, tunes), indent=2) + "\n", "utf-8")
 
-    # with --resume-from and nothing new to run this only scores the earlier result again
-    result = summarize(args, ks, passes, tunes)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    def save() -> dict[str, Any]:
+        result = summarize(args, ks, passes, tunes)
+        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        return result
+
+    # saved before the first step (a resumed result scored again at once, and all there is when
+    # nothing new is asked for) and after every step, so an interrupted run keeps what it measured;
+    # interleave: sweep, tune, reversed sweep, tune, … so both see the same machine conditions
+    result = save()
+    if args.passes or args.tunes:  # else a resumed result, scored again: no lab needed
+        inventory = load_inventory(args.inventory or lab_paths().inventory)
+        for step in range(max(args.passes, args.tunes)):
+            if step < args.passes:
+                index = len(passes)
+                order = ks if index % 2 == 0 else ks[::-1]
+                passes.append(sweep_pass(inventory, args, order, workdir, index))
+            if step < args.tunes:
+                tunes.append(tune_once(inventory, args, workdir, len(tunes)))
+            result = save()
+
     show(result)
     print(f"\nsaved {out}")
     return 0 if result["all_within_3pct"] else 1
