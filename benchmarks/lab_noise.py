@@ -41,10 +41,11 @@ sys.path.insert(0, str(REPO))
 
 from dflashops.bench.container import bench_container  # noqa: E402
 from dflashops.bench.runner import BenchSettings  # noqa: E402
+from dflashops.deployment.access import connect  # noqa: E402
 from dflashops.inventory.load import Inventory, load_inventory  # noqa: E402
 from dflashops.lab.paths import lab_paths  # noqa: E402
 from dflashops.lab.runtime import default_venv  # noqa: E402
-from dflashops.launch.core import connect_container, launch  # noqa: E402
+from dflashops.launch.core import launch  # noqa: E402
 from dflashops.playbook.load import load_playbook  # noqa: E402
 from dflashops.playbook.models import Playbook  # noqa: E402
 from dflashops.tune.runs import measured_throughput  # noqa: E402
@@ -169,9 +170,8 @@ def paired(args: argparse.Namespace, inventory: Inventory, out: Path) -> dict[st
     a = Bench(inventory, "lab-ct1", a_book, args.requests, args.workdir)
     b = Bench(inventory, "lab-ct2", b_book, args.requests, args.workdir)
     if args.pin:
-        target = connect_container(inventory, "lab-ct1")
-        with target.conn:
-            target.conn.run(PIN_COMMAND.format(cores=args.pin))
+        with connect(inventory, "lab-ct1") as conn:
+            conn.run(PIN_COMMAND.format(cores=args.pin))
     rows = []
     for index in range(args.pairs):
         order = (a, b) if index % 2 == 0 else (b, a)

@@ -8,40 +8,44 @@ go over HTTP, like any client's.
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Mapping
+from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from dflashops.bench.client import Api
 from dflashops.bench.models import BenchReport
+from dflashops.bench.roofline import (
+    RooflinePlan,
+    attach_roofline,
+    plan_roofline,
+    probe_roofline_facts,
+    tp_from_argv,
+)
 from dflashops.bench.runner import BenchSettings, Progress, Say, as_progress, run_benchmark_sync
 from dflashops.bench.server_log import RemoteServerLog
-from dflashops.bench.target import DEPLOYED_MANIFEST, Deployed, resolve_target
-from dflashops.errors import RemoteError
+from dflashops.bench.target import resolve_target
+from dflashops.deployment.access import connect
+from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.manifest import DeployedManifest, read_manifest
+from dflashops.errors import DflashopsError
 
 if TYPE_CHECKING:
-    from dflashops.bench.roofline import RooflinePlan
     from dflashops.inventory.load import Inventory
     from dflashops.playbook.models import Playbook
     from dflashops.remote import SshConnection
-    from dflashops.tune.roofline_request import RooflineRequest
-
-MAX_MANIFEST_BYTES = 1 * 2**20
+    from dflashops.roofline.request import RooflineRequest
 
 
-def read_deployed(conn: SshConnection, path: str = DEPLOYED_MANIFEST) -> Deployed | None:
-    """The container's deployment manifest, or None when there is none (not launched yet)."""
-    from dflashops.remote import get_bytes
-
-    quoted = shlex.quote(path)
-    exists = conn.probe(f"test -f {quoted}")
-    if exists.exit_code != 0:
-        return None
+def read_deployment(conn: SshConnection, layout: Layout) -> tuple[DeployedManifest | None, str]:
+    """The container's manifest (None when there is none, or it cannot be read) and a note that
+    says which: a bench can go on from the playbook alone, so a bad manifest is not fatal."""
     try:
-        data = get_bytes(conn, path, max_bytes=MAX_MANIFEST_BYTES)
-    except RemoteError as exc:
-        return Deployed(problems=(f"{path}: {exc.one_line()}; ignored",))
-    return Deployed.from_text(data.decode("utf-8", errors="replace"), source=path)
+        manifest = read_manifest(conn, layout)
+    except DflashopsError as exc:
+        return None, f"{exc.one_line()}; ignored: the playbook describes the server"
+    if manifest is None:
+        return None, f"no {layout.manifest} in the container: the playbook describes the server"
+    return manifest, ""
 
 
 def bench_container(
@@ -53,7 +57,7 @@ def bench_container(
     progress: Progress | Say | None = None,
     api: Api = "chat",
     environ: Mapping[str, str] | None = None,
-    manifest_path: str = DEPLOYED_MANIFEST,
+    layout: Layout = DEFAULT_LAYOUT,
     log_path: str | None = None,
     connection: SshConnection | None = None,
     roofline: RooflineRequest | None = None,
@@ -65,38 +69,33 @@ def bench_container(
 
     The endpoint comes from ``deployed.json`` when present, else from the inventory address and
     ``playbook.server.port``; the API key from the environment variable the deployment names.
-    ``log_path`` overrides the server log (default: the manifest's ``log_path``, else
-    ``/var/log/dflashops/server.log``). ``connection`` replaces the SSH connection built from the
-    inventory (it is then left open). ``roofline``: add the bandwidth roofline, from the
-    container's GPUs and weights where the request is silent (``bench.roofline``).
+    ``log_path`` overrides the server log (default: the layout's). ``connection`` replaces the SSH
+    connection built from the inventory (it is then left open). ``roofline``: add the bandwidth
+    roofline, from the container's GPUs and weights where the request is silent
+    (``bench.roofline``).
     """
-    from dflashops.remote import SshConnection
-
     shown = as_progress(progress)
-    container = inventory.container(name)
-    conn = connection or SshConnection.from_access(
-        container.ssh, host=container.ssh_host, name=name
-    )
-    try:
+    with ExitStack() as stack:
+        # a connection we open is ours to close; a given one stays open for its owner
+        conn = connection or stack.enter_context(connect(inventory, name))
         shown.phase(f"{name}: reading the deployment")
-        deployed = read_deployed(conn, manifest_path)
+        manifest, note = read_deployment(conn, layout)
         target = resolve_target(
             name,
-            container,
+            inventory.container(name),
             playbook,
-            deployed,
+            manifest,
             api=api,
             environ=os.environ if environ is None else environ,
-            log_path=log_path,
+            log_path=log_path or layout.log,
+            notes=[note] if note else [],
         )
         notes = list(target.notes)
-        if deployed is None:
-            notes.append(f"no {manifest_path} in {name}: the playbook describes the server")
         server_log = RemoteServerLog(conn, target.log_path) if target.log_path else None
         plan = None
         if roofline is not None:
             shown.phase(f"{name}: probing GPUs and weights for the roofline")
-            plan = _roofline_plan(conn, roofline, playbook, deployed or Deployed())
+            plan = _roofline_plan(conn, roofline, playbook, manifest)
         report = run_benchmark_sync(
             target.endpoint,
             settings,
@@ -106,13 +105,8 @@ def bench_container(
             stats_interval_s=target.stats_interval_s,
             notes=notes,
         )
-    finally:
-        if connection is None:
-            conn.close()
     if plan is None:
         return report
-    from dflashops.bench.roofline import attach_roofline
-
     return attach_roofline(report, plan)
 
 
@@ -120,16 +114,15 @@ def _roofline_plan(
     conn: SshConnection,
     request: RooflineRequest,
     playbook: Playbook | None,
-    deployed: Deployed,
+    manifest: DeployedManifest | None,
 ) -> RooflinePlan:
     """What the running server is (deployed.json first, as for the endpoint), then its facts."""
-    from dflashops.bench.roofline import plan_roofline, probe_roofline_facts, tp_from_argv
-
     device = playbook.server.device if playbook else "cuda"
-    model_dir = deployed.model if deployed.model and deployed.model.startswith("/") else None
+    deployed_model = str(manifest.spec.get("model") or "") if manifest else ""
+    model_dir = deployed_model if deployed_model.startswith("/") else None
     if model_dir is None and playbook is not None:
         model_dir = str(playbook.model.path)
-    tp, tp_source = tp_from_argv(deployed.argv), "deployed.json"
+    tp, tp_source = tp_from_argv(manifest.argv if manifest else []), "deployed.json"
     if tp is None and playbook is not None:
         tp, tp_source = playbook.server.tensor_parallel_size, "playbook"
     wants_gpu = request.gpu is None and request.bandwidth_gbps is None and device == "cuda"

@@ -18,15 +18,14 @@ import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dflashops.bench.models import BenchReport
-from dflashops.errors import TuneInputError
-from dflashops.tune.roofline import RooflineSpec, roofline
-from dflashops.tune.roofline_request import RooflineRequest, WeightSize, roofline_spec
-
-if TYPE_CHECKING:
-    from dflashops.remote import SshConnection
+from dflashops.errors import RemoteError, TuneInputError
+from dflashops.remote import SshConnection, get_bytes
+from dflashops.roofline.model import RooflineSpec, roofline
+from dflashops.roofline.request import RooflineRequest, WeightSize, roofline_spec
+from dflashops.server.argv import flag_value
 
 GPU_QUERY = "nvidia-smi --query-gpu=name --format=csv,noheader"
 SHARD_INDEX = "model.safetensors.index.json"
@@ -92,9 +91,6 @@ def probe_roofline_facts(
     conn: SshConnection, *, model_dir: str | None, query_gpus: bool
 ) -> RooflineFacts:
     """GPU names (when ``query_gpus``) and the weights' size in ``model_dir``, over ``conn``."""
-    from dflashops.errors import RemoteError
-    from dflashops.remote import get_bytes
-
     problems: list[str] = []
     gpus: tuple[str, ...] = ()
     if query_gpus:
@@ -132,8 +128,6 @@ def probe_roofline_facts(
 
 def tp_from_argv(argv: Sequence[str]) -> int | None:
     """The tensor-parallel degree a server command line asks for (vLLM's or SGLang's flag)."""
-    from dflashops.bench.target import flag_value
-
     for flag in ("--tensor-parallel-size", "-tp", "--tp-size", "--tp"):
         value = flag_value(argv, flag)
         if value is not None and value.isdigit() and int(value) >= 1:

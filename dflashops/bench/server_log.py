@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dflashops.bench.models import ServerLogCheck
+from dflashops.deployment.layout import DEFAULT_LAYOUT
 from dflashops.errors import RemoteError
 from dflashops.metrics.logs import parse_log, spec_decode_totals
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from dflashops.metrics.spec_decode import SpecDecodeDelta
     from dflashops.remote import SshConnection
 
-DEFAULT_SERVER_LOG = "/var/log/dflashops/server.log"
 MAX_WINDOW_BYTES = 64 * 2**20
 # Per-position rates are printed with three decimals: a window's rate is off by up to 0.0005.
 RATE_TOLERANCE = 0.0005
@@ -57,7 +57,7 @@ class ServerLog(Protocol):
 class RemoteServerLog:
     """The server log in a container, through the one SSH connection of the run."""
 
-    def __init__(self, conn: SshConnection, path: str = DEFAULT_SERVER_LOG) -> None:
+    def __init__(self, conn: SshConnection, path: str = DEFAULT_LAYOUT.log) -> None:
         self.conn = conn
         self.path = path
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from dflashops.bench.models import BenchReport, RequestRecord
     from dflashops.bench.runner import Progress
     from dflashops.playbook.models import Playbook
-    from dflashops.tune.roofline_request import RooflineRequest
+    from dflashops.roofline.request import RooflineRequest
 
 pass_app = click.make_pass_decorator(AppContext)
 URL_API_KEY_ENV = "DFLASHOPS_API_KEY"
@@ -144,7 +144,8 @@ def bench(  # Click passes every option by keyword
     from dflashops.bench.container import bench_container
     from dflashops.bench.models import ResolvedConfig
     from dflashops.bench.runner import BenchSettings, run_benchmark_sync
-    from dflashops.bench.target import api_key, describe
+    from dflashops.bench.target import describe
+    from dflashops.deployment.api_key import server_api_key
     from dflashops.errors import BenchmarkError
 
     if (name is None) == (url is None):
@@ -189,7 +190,7 @@ def bench(  # Click passes every option by keyword
             values, sources = describe(book)
             key_env = api_key_env or (book.server.api_key_env if book else None)
             key = (
-                api_key(key_env, os.environ, whose=url)
+                server_api_key(key_env, os.environ, whose=url)
                 if key_env
                 else os.environ.get(URL_API_KEY_ENV)
             )
@@ -243,15 +244,12 @@ def _check_roofline_options(
 
 
 def _playbook(given: str | None, container: str | None) -> Playbook | None:
-    from dflashops.bench.target import playbook_for_container
+    from dflashops.deployment.playbooks import optional_container_playbook
     from dflashops.playbook.load import load_playbook, resolve_playbook_path
 
-    if given is not None:
-        return load_playbook(resolve_playbook_path(given))
     if container is None:
-        return None
-    found = playbook_for_container(container)
-    return load_playbook(found) if found is not None else None
+        return None if given is None else load_playbook(resolve_playbook_path(given))
+    return optional_container_playbook(container, given)
 
 
 @contextmanager

@@ -50,8 +50,8 @@ def compare(
     express (another drafter checkpoint, MTP) is skipped with the reason. The server is left
     running the last method measured; relaunch the playbook to restore it."""
     from dflashops.cli.progress import spinner
+    from dflashops.deployment.playbooks import playbook_for_container
     from dflashops.errors import TuneInputError
-    from dflashops.playbook.load import playbook_for_container
     from dflashops.tune.compare import compare_container, parse_methods
 
     try:

@@ -154,11 +154,11 @@ def push(
     server keeps the config it started with: the output says when a relaunch is needed.
     """
     from dflashops.cli.progress import spinner
+    from dflashops.deployment.playbooks import container_playbook
     from dflashops.drafter.push import push_drafter_config
-    from dflashops.playbook.load import load_playbook, playbook_for_container
 
     inventory = app.inventory()
-    book = load_playbook(playbook_for_container(name, playbook_name))
+    book = container_playbook(name, playbook_name)
     with spinner("drafter push", enabled=not as_json) as say:
         result = push_drafter_config(
             inventory,

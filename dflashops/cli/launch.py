@@ -25,7 +25,7 @@ _TIMEOUT = click.option(
 
 
 def _playbook_path(container: str, given: str | None) -> Path:
-    from dflashops.playbook.load import playbook_for_container
+    from dflashops.deployment.playbooks import playbook_for_container
 
     return playbook_for_container(container, given)
 

@@ -17,7 +17,7 @@ def roofline_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def command(*args: Any, **kwargs: Any) -> Any:
-        from dflashops.tune.roofline_request import RooflineRequest
+        from dflashops.roofline.request import RooflineRequest
 
         given = {key: kwargs.pop(key) for key in ROOFLINE_FIELDS}
         return fn(*args, roofline=RooflineRequest(**given), **kwargs)

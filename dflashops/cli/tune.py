@@ -15,9 +15,9 @@ from dflashops.cli.roofline_options import roofline_options
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+    from dflashops.roofline.model import RooflineSpec
+    from dflashops.roofline.request import RooflineRequest
     from dflashops.tune.live import LiveTuneReport
-    from dflashops.tune.roofline import RooflineSpec
-    from dflashops.tune.roofline_request import RooflineRequest
     from dflashops.tune.runs import TuneRun
 
 K_RANGE = click.IntRange(1, 64)
@@ -313,7 +313,7 @@ def _live(
     from datetime import UTC, datetime
 
     from dflashops.cli.progress import spinner
-    from dflashops.playbook.load import playbook_for_container
+    from dflashops.deployment.playbooks import playbook_for_container
     from dflashops.tune.live import LiveTuneJob, live_tune
 
     path = playbook_for_container(name, playbook_name)
@@ -457,7 +457,7 @@ def _timed_runs(step_costs: tuple[str, ...], throughputs: tuple[str, ...]) -> li
 
 
 def _roofline_spec(request: RooflineRequest) -> RooflineSpec | None:
-    from dflashops.tune.roofline_request import roofline_spec
+    from dflashops.roofline.request import roofline_spec
 
     if not request.names_hardware:
         stray = request.stray_options()

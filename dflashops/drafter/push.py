@@ -5,8 +5,9 @@ the reference is certain of; nothing it does not know is removed or replaced) â†
 checksummed put with a timestamped backup), then re-read and re-check. A running server read its
 config at start, so any change means it still runs the old one: the result says so.
 
-Not imported by :mod:`dflashops.drafter` itself: that package stays standard-library only for
-the bundled server, and this module needs the SSH layer.
+A feature on top of the deployment contract, unlike the rest of :mod:`dflashops.drafter` (the
+validation, standard library only, which the bundled server imports): nothing in the package
+imports this module.
 """
 
 from __future__ import annotations
@@ -15,21 +16,24 @@ import json
 import posixpath
 import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from dflashops.deployment.access import connect
+from dflashops.deployment.manifest import read_manifest
+from dflashops.deployment.model_meta import fetch_model_meta
 from dflashops.drafter.correct import Change, corrected_config
+from dflashops.drafter.engine import parse_engine
 from dflashops.drafter.files import read_drafter, read_target
 from dflashops.drafter.keys import get_path, json_equal
 from dflashops.drafter.registry import Registry, RegistryEntry, load_registry
 from dflashops.drafter.validate import validate_drafter
 from dflashops.errors import DrafterError
-
-if TYPE_CHECKING:
-    from dflashops.inventory.load import Inventory
-    from dflashops.playbook.models import Playbook
-    from dflashops.remote import SshConnection
+from dflashops.inventory.load import Inventory
+from dflashops.playbook.models import Playbook
+from dflashops.remote import SshConnection, get_text, put_atomic
 
 Progress = Callable[[str], None]
 CONFIG = "config.json"
@@ -109,16 +113,14 @@ def push_drafter_config(
     registry_paths: tuple[Path, ...] = (),
 ) -> PushResult:
     """Patch the container's drafter ``config.json`` with the reference's certain values."""
-    from dflashops.launch.validation import fetch_model_meta
-    from dflashops.remote import SshConnection, get_text, put_atomic
-
     say = progress or (lambda _m: None)
-    ct = inventory.container(container)
     remote_dir = drafter_dir(playbook)
     remote_config = posixpath.join(remote_dir, CONFIG)
-    conn = connection or SshConnection.from_access(ct.ssh, host=ct.ssh_host, name=container)
     registry = load_registry(registry_paths)
-    with tempfile.TemporaryDirectory(prefix="dflashops-push-") as tmp:
+    with ExitStack() as stack:
+        # a connection we open is ours to close; a given one stays open for its owner
+        conn = connection or stack.enter_context(connect(inventory, container))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="dflashops-push-"))
         say(f"reading {remote_dir}")
         fetched = Path(tmp) / "drafter"
         fetch_model_meta(conn, remote_dir, fetched, weights=True)
@@ -154,9 +156,6 @@ def _recheck(
     conn: SshConnection, fetched: Path, playbook: Playbook, entry: RegistryEntry, target_dir: Path
 ) -> list[str]:
     """Validate the pushed config against the target (when readable) and the reference."""
-    from dflashops.drafter.engine import parse_engine
-    from dflashops.launch.validation import fetch_model_meta
-
     target = None
     try:
         fetch_model_meta(conn, str(playbook.model.path), target_dir, weights=False)
@@ -176,10 +175,7 @@ def _recheck(
 
 def _server_note(conn: SshConnection, remote_dir: str) -> tuple[bool, str]:
     """Whether a running server was started with the drafter just changed (it read the old one)."""
-    from dflashops.launch.core import read_manifest
-    from dflashops.launch.layout import DEFAULT_LAYOUT
-
-    manifest = read_manifest(conn, DEFAULT_LAYOUT)
+    manifest = read_manifest(conn)
     if manifest is None or manifest.pid is None:
         return False, "no server deployed: the next launch uses the corrected config"
     drafter = str(manifest.spec.get("drafter") or "")

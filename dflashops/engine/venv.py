@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.engine.wheel import LocalWheel
 from dflashops.errors import DflashopsError
-from dflashops.launch.layout import DEFAULT_LAYOUT, Layout
 from dflashops.playbook.models import Engine
 from dflashops.remote import SshConnection, put_atomic
 

@@ -10,15 +10,16 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict
 
+from dflashops.deployment.access import connect
+from dflashops.deployment.api_key import server_api_key
+from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.manifest import read_manifest, write_manifest
 from dflashops.errors import DflashopsError, ServerError
 from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
-from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S, connect_container, read_manifest
+from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S
 from dflashops.launch.diagnose import diagnose
-from dflashops.launch.layout import DEFAULT_LAYOUT, Layout
-from dflashops.launch.manifest import DeployedManifest
 from dflashops.launch.readiness import HttpProber, wait_ready
-from dflashops.remote import SshConnection, put_atomic
 
 Progress = Callable[[str], None]
 FOLLOW_POLL_S = 1.0
@@ -45,14 +46,16 @@ def stop_server(
     inventory: Inventory, container_name: str, *, layout: Layout = DEFAULT_LAYOUT
 ) -> StopReport:
     """Stop the server (under systemd also disable it, so a reboot does not bring it back)."""
-    target = connect_container(inventory, container_name)
+    target = connect(inventory, container_name)
     with target.conn as conn:
         state = lifecycle.run_state(conn, layout)
         if state.running:
             lifecycle.stop(conn, systemd=state.systemd, layout=layout, disable=True)
         manifest = read_manifest(conn, layout)
         if manifest is not None and manifest.pid is not None:
-            _save(conn, manifest.model_copy(update={"pid": None, "started_at": None}), layout)
+            write_manifest(
+                conn, manifest.model_copy(update={"pid": None, "started_at": None}), layout
+            )
     return StopReport(container=container_name, was_running=state.running, pid=state.server_pid)
 
 
@@ -68,13 +71,14 @@ def restart_server(
     """Stop and start the deployed server and wait until it is ready again."""
     say = progress or (lambda _message: None)
     env = os.environ if environ is None else environ
-    target = connect_container(inventory, container_name)
+    target = connect(inventory, container_name)
     with target.conn as conn:
         manifest = read_manifest(conn, layout)
         if manifest is None:
             raise DflashopsError(
                 f"nothing is deployed in {container_name}", hint="run `dflashops launch` first"
             )
+        api_key = server_api_key(manifest.api_key_env, env, whose=f"the server in {container_name}")
         state = lifecycle.run_state(conn, layout)
         systemd = manifest.supervisor == "systemd"
         if state.running:
@@ -83,7 +87,6 @@ def restart_server(
         before = lifecycle.run_state(conn, layout)
         say("starting the server")
         pid = lifecycle.start(conn, before, systemd=systemd, layout=layout)
-        api_key = env.get(manifest.api_key_env) if manifest.api_key_env else None
         prober = HttpProber(
             manifest.endpoint.removesuffix("/v1"), manifest.served_model_name, api_key
         )
@@ -109,7 +112,7 @@ def restart_server(
                 log_tail=lifecycle.tail_of(text, 25),
                 hint=cause.hint if cause else None,
             )
-        _save(
+        write_manifest(
             conn,
             manifest.model_copy(
                 update={
@@ -128,15 +131,11 @@ def restart_server(
     )
 
 
-def _save(conn: SshConnection, manifest: DeployedManifest, layout: Layout) -> None:
-    put_atomic(conn, manifest.to_bytes(), layout.manifest, mode=0o600)
-
-
 def read_logs(
     inventory: Inventory, container_name: str, *, lines: int, layout: Layout = DEFAULT_LAYOUT
 ) -> str:
     """The last ``lines`` lines of the server log."""
-    target = connect_container(inventory, container_name)
+    target = connect(inventory, container_name)
     with target.conn as conn:
         out = conn.run(
             f"tail -n {int(lines)} {shlex.quote(layout.log)} 2>/dev/null",
@@ -159,7 +158,7 @@ def follow_logs(
     """The last ``lines`` lines, then whatever is appended (polled; each read is bounded).
     A log that shrank (rotated or truncated) is read again from its start."""
     q = shlex.quote(layout.log)
-    target = connect_container(inventory, container_name)
+    target = connect(inventory, container_name)
     with target.conn as conn:
         first = conn.run(
             f"wc -c < {q} 2>/dev/null || echo 0; tail -n {int(lines)} {q} 2>/dev/null",

@@ -26,47 +26,34 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from dflashops.deployment.access import ContainerAccess, connect, server_address
+from dflashops.deployment.api_key import server_api_key
+from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.manifest import (
+    DeployedFile,
+    DeployedManifest,
+    read_manifest,
+    write_manifest,
+)
 from dflashops.engine import venv as engine_venv
 from dflashops.engine.wheel import LocalWheel, local_wheel
-from dflashops.errors import DflashopsError, RemoteError, SecretError
+from dflashops.errors import DflashopsError, RemoteError
 from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
 from dflashops.launch.diagnose import diagnose
-from dflashops.launch.layout import DEFAULT_LAYOUT, Layout
-from dflashops.launch.manifest import DeployedFile, DeployedManifest
 from dflashops.launch.plan import decide, file_changes, remote_shas, spec_diff
 from dflashops.launch.readiness import HttpProber, Phase, ReadinessResult, wait_ready
 from dflashops.launch.render import Rendered, RenderInputs, render, venv_python
 from dflashops.launch.report import LaunchFailed, LaunchRefused, LaunchReport
 from dflashops.launch.validation import DrafterValidation, validate
 from dflashops.playbook.models import Playbook
-from dflashops.remote import FileUpload, PutResult, SshConnection, get_text, put_atomic, put_files
+from dflashops.remote import FileUpload, PutResult, SshConnection, get_text, put_files
 
 Progress = Callable[[str], None]
 Warn = Callable[[str], None]
 DEFAULT_READY_TIMEOUT_S = 900.0
 LOG_TAIL_LINES = 25
 _LOOPBACK = ("127.", "localhost", "::1")
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the server runs: the inventory container and how to reach it."""
-
-    name: str
-    address: str
-    conn: SshConnection
-
-
-def connect_container(inventory: Inventory, name: str) -> Target:
-    container = inventory.container(name)
-    address = container.ssh_host
-    if not address:
-        raise DflashopsError(
-            f"container {name} has no static address and no ssh.host",
-            hint="set network.ip or ssh.host in the inventory",
-        )
-    return Target(name, address, SshConnection.from_access(container.ssh, host=address))
 
 
 def endpoint_host(playbook: Playbook, address: str) -> str:
@@ -84,27 +71,6 @@ def endpoint_host(playbook: Playbook, address: str) -> str:
 
 def base_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def api_key_of(playbook: Playbook, environ: Mapping[str, str]) -> str | None:
-    name = playbook.server.api_key_env
-    if name is None:
-        return None
-    value = environ.get(name)
-    if not value:
-        raise SecretError(
-            f"server.api_key_env names {name}, which is not set in this environment",
-            hint=f"export {name}=… (launch writes it to the container's secrets.env, mode 600)",
-        )
-    return value
-
-
-def read_manifest(conn: SshConnection, layout: Layout) -> DeployedManifest | None:
-    q = shlex.quote(layout.manifest)
-    out = conn.run(f"[ -f {q} ] && cat {q}", ok_codes=(0, 1), deadline=30.0, display="manifest")
-    if out.exit_code != 0 or not out.stdout.strip():
-        return None
-    return DeployedManifest.from_text(out.stdout, layout.manifest)
 
 
 def launch(
@@ -126,9 +92,13 @@ def launch(
     ``warn`` is told each warning as it arises (e.g. ``--force`` over drafter errors), before
     anything changes; the report repeats them."""
     say = progress or (lambda _message: None)
-    api_key = api_key_of(playbook, os.environ if environ is None else environ)
-    target = connect_container(inventory, container_name)
-    host = endpoint_host(playbook, target.address)
+    api_key = server_api_key(
+        playbook.server.api_key_env,
+        os.environ if environ is None else environ,
+        whose=f"playbook {playbook.name}",
+    )
+    target = connect(inventory, container_name)
+    host = endpoint_host(playbook, server_address(target.container) or target.address)
     say("building dflashops' wheel")
     wheel = wheel or local_wheel()
     with target.conn as conn:
@@ -154,7 +124,7 @@ class _Launch:
     def __init__(
         self,
         *,
-        target: Target,
+        target: ContainerAccess,
         conn: SshConnection,
         playbook: Playbook,
         host: str,
@@ -280,7 +250,7 @@ class _Launch:
             if change.action != "update" or change.secret:
                 continue
             new = rendered.file(change.path).content.decode()
-            old = "" if change.action == "create" else get_text(self.conn, change.path)
+            old = get_text(self.conn, change.path)
             diffs[change.path] = "".join(
                 difflib.unified_diff(
                     old.splitlines(keepends=True),
@@ -354,7 +324,7 @@ class _Launch:
             exec_env=exec_env,
             nccl_p2p_disable=p2p,
         )
-        put_atomic(conn, new_manifest.to_bytes(), layout.manifest, mode=0o600)
+        write_manifest(conn, new_manifest, layout)
         report.action = "restarted" if state.running else "started"
         report.pid = pid
         report.started_at = started_at
@@ -435,7 +405,7 @@ class _Launch:
             updated = manifest.model_copy(
                 update={"pid": pid, "started_at": datetime.now(UTC), "ready_in_s": result.elapsed_s}
             )
-            put_atomic(conn, updated.to_bytes(), layout.manifest, mode=0o600)
+            write_manifest(conn, updated, layout)
         return result.ready
 
 

@@ -16,8 +16,8 @@ import shlex
 import time
 from dataclasses import dataclass
 
+from dflashops.deployment.layout import DEFAULT_LAYOUT, UNIT_NAME, Layout
 from dflashops.errors import ServerError
-from dflashops.launch.layout import DEFAULT_LAYOUT, UNIT_NAME, Layout
 from dflashops.launch.readiness import ProcessView
 from dflashops.remote import SshConnection
 

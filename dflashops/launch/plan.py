@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dflashops.deployment.manifest import DeployedManifest
 from dflashops.launch.lifecycle import RunState
-from dflashops.launch.manifest import DeployedManifest
 from dflashops.launch.render import Rendered
 from dflashops.remote import SshConnection
 

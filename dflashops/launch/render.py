@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dflashops import __version__
+from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.launch.args import VLLM_API_KEY_ENV, TargetFacts, engine_argv, speculative_config
-from dflashops.launch.layout import DEFAULT_LAYOUT, Layout
 from dflashops.launch.templates import render_template
 from dflashops.playbook.models import Playbook
 from dflashops.server.spec import ServerSpec

@@ -14,10 +14,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from dflashops.launch.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.access import connect
+from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.manifest import DeployedManifest
+from dflashops.errors import DflashopsError
+from dflashops.inventory.load import Inventory
+from dflashops.inventory.models import Container
 from dflashops.launch.lifecycle import _HELPERS
-from dflashops.launch.manifest import DeployedManifest
 from dflashops.remote import SshConnection
+from dflashops.server.argv import flag_value
 
 STATUS_DEADLINE_S = 30.0
 _MARK = "--dflashops-manifest--"
@@ -122,7 +127,7 @@ def parse_status(output: str, host: str) -> ServerStatus:
         status.method = str(spec_config["method"]) if spec_config else "none"
         k = (spec_config or {}).get("num_speculative_tokens")
         status.num_speculative_tokens = k if isinstance(k, int) else None
-        port = _flag(argv, "--port")
+        port = flag_value(argv, "--port")
         if port and port.isdigit():
             status.port = int(port)
     status.listening = status.port in listening_ports if status.port else False
@@ -148,22 +153,13 @@ def _argv(encoded: str | None) -> list[str] | None:
         return None
 
 
-def _flag(argv: list[str], name: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def _speculative_config(argv: list[str]) -> dict[str, Any] | None:
-    raw = _flag(argv, "--speculative-config")
+    raw = flag_value(argv, "--speculative-config")
     if raw is None:
-        algorithm = _flag(argv, "--speculative-algorithm")  # SGLang
+        algorithm = flag_value(argv, "--speculative-algorithm")  # SGLang
         if algorithm is None:
             return None
-        steps = _flag(argv, "--speculative-num-draft-tokens")
+        steps = flag_value(argv, "--speculative-num-draft-tokens")
         config: dict[str, Any] = {"method": algorithm.lower()}
         if steps and steps.isdigit():
             config["num_speculative_tokens"] = int(steps) - 1
@@ -181,18 +177,15 @@ def server_status(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> Serve
     return parse_status(out.stdout, conn.host)
 
 
-def status_probe(inventory: Any, container: Any, entry: Any) -> dict[str, Any] | None:
+def status_probe(inventory: Inventory, container: Container, entry: Any) -> dict[str, Any] | None:
     """The :data:`~dflashops.proxmox.lifecycle.ServerProbe` for ``dflashops status``: the server
     part of one running container, or its problem when SSH fails (never raises)."""
-    from dflashops.errors import DflashopsError
-    from dflashops.remote import SshConnection
-
     host = entry.address or container.ssh_host
     if not host:
         return {"problem": "no address to reach the container over SSH"}
     try:
-        with SshConnection.from_access(
-            container.ssh, host=host, name=container.name, deadline=30.0, connect_attempts=1
+        with connect(
+            inventory, container.name, host=host, deadline=30.0, connect_attempts=1
         ) as conn:
             return server_status(conn).model_dump(mode="json")
     except DflashopsError as exc:

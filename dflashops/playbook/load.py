@@ -33,42 +33,6 @@ def resolve_playbook_path(name_or_path: str | Path) -> Path:
     raise PlaybookError("no such playbook file or name in playbooks/", source=str(name_or_path))
 
 
-def playbooks_naming(container: str) -> list[Path]:
-    """Every playbook in :func:`playbook_dirs` whose ``container:`` is ``container`` (a name in
-    ./playbooks hides the same name shipped with dflashops)."""
-    import yaml
-
-    found: list[Path] = []
-    seen: set[str] = set()
-    for folder in playbook_dirs():
-        for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
-            if path.stem in seen:
-                continue
-            seen.add(path.stem)
-            try:
-                doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError):
-                continue
-            if isinstance(doc, dict) and doc.get("container") == container:
-                found.append(path)
-    return found
-
-
-def playbook_for_container(container: str, given: str | Path | None = None) -> Path:
-    """``given`` (``-p``) resolved, else the one playbook naming ``container``."""
-    if given is not None:
-        return resolve_playbook_path(given)
-    found = playbooks_naming(container)
-    if len(found) == 1:
-        return found[0]
-    what = "no playbook" if not found else f"{len(found)} playbooks ({', '.join(map(str, found))})"
-    raise PlaybookError(
-        f"{what} in playbooks/ name container {container}",
-        source="-p",
-        hint="pass -p PLAYBOOK",
-    )
-
-
 def load_playbook(path: Path, overrides: Iterable[str | Override] = ()) -> Playbook:
     """Read and validate ``path``; ``--set`` values are applied before validation.
 

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from dflashops.bench.models import BenchReport
 from dflashops.report.bench_view import LabelledReport
+from dflashops.report.figure import save_figure, use_file_backend
+from dflashops.report.tune_plots import write_tune_plots
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 ACCEPTANCE_PNG = "acceptance_per_position.png"
 CONCURRENCY_PNG = "throughput_by_concurrency.png"
@@ -52,9 +53,7 @@ def combined_acceptance_length(report: BenchReport) -> float | None:
 
 def write_plots(items: Sequence[LabelledReport], out_dir: Path) -> list[Path]:
     """Write every plot that has data; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_file_backend()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if any(
@@ -63,8 +62,6 @@ def write_plots(items: Sequence[LabelledReport], out_dir: Path) -> list[Path]:
         written.append(_acceptance_plot(items, out_dir / ACCEPTANCE_PNG))
     if any(item.report.levels for item in items):
         written.append(_concurrency_plot(items, out_dir / CONCURRENCY_PNG))
-    from dflashops.report.tune_plots import write_tune_plots
-
     return written + write_tune_plots(items, out_dir)
 
 
@@ -117,16 +114,6 @@ def _concurrency_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     right.set_ylim(bottom=0)
     left.legend(fontsize=9)
     return save_figure(fig, path)
-
-
-def save_figure(fig: Figure, path: Path) -> Path:
-    """Lay out, write as PNG and free ``fig`` (pyplot keeps every open figure alive)."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def _concurrency_axis(ax: Axes, levels: list[int]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashops.report.bench_view import LabelledReport
-from dflashops.report.plots import save_figure
+from dflashops.report.figure import save_figure
 
 TUNE_PNG = "tune_throughput_by_k.png"
 COMPARE_PNG = "compare_methods.png"

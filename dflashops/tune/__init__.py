@@ -1,4 +1,4 @@
-"""Choosing ``num_speculative_tokens`` (k) from measurements, and the bandwidth roofline.
+"""Choosing ``num_speculative_tokens`` (k) from measurements.
 
 - ``acceptance``: per-position acceptance → tokens per verify step, extrapolation.
 - ``stepcost``: step time as a function of the draft tokens verified, fitted.
@@ -6,7 +6,6 @@
 - ``model``: predicted throughput per k, ``choose_k``, ``analyse`` (the offline entry point).
 - ``plan``: ``TunePlan``, which k a live driver launches next within a budget.
 - ``source``: runs from a file (``--from``); the one place that knows the file layout.
-- ``roofline``: the single-stream decode ceiling from memory bandwidth.
 """
 
 from __future__ import annotations

@@ -185,8 +185,8 @@ def live_tune(
     from dflashops.bench.runner import BenchSettings
     from dflashops.launch.core import launch
     from dflashops.playbook.load import load_playbook
+    from dflashops.roofline.request import RooflineRequest
     from dflashops.tune.model import TuneSettings
-    from dflashops.tune.roofline_request import RooflineRequest
     from dflashops.tune.source import load_runs
 
     tell = say or (lambda _message: None)

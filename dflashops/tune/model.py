@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dflashops.errors import TuneInputError
+from dflashops.roofline.model import RooflineResult, RooflineSpec, roofline
 from dflashops.tune.acceptance import AcceptanceCurve, Extrapolation
-from dflashops.tune.roofline import RooflineResult, RooflineSpec, roofline
 from dflashops.tune.runs import TuneRun, cost_points, curve_from_runs, measured_throughput
 from dflashops.tune.stepcost import LINEAR_TOLERANCE, FitMethod, StepCostFit, fit_step_cost
 

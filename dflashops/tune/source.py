@@ -30,7 +30,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dflashops.errors import TuneInputError
+from dflashops.bench.models import BenchReport
+from dflashops.errors import BenchmarkError, TuneInputError
 from dflashops.tune.runs import TuneRun
 
 # the ``kind`` of a ``dflashops.bench.models.BenchReport`` (imported only when one is read)
@@ -76,9 +77,6 @@ def load_runs(path: Path) -> list[TuneRun]:
 
 
 def _bench_run(path: Path) -> TuneRun:
-    from dflashops.bench.models import BenchReport
-    from dflashops.errors import BenchmarkError
-
     try:
         report = BenchReport.load(path)
     except BenchmarkError as exc:

@@ -25,10 +25,12 @@ from dflashops.bench.runner import BenchSettings, run_benchmark_sync
 from dflashops.bench.server_log import RATE_TOLERANCE, LogRead, RemoteServerLog
 from dflashops.bench.workload import REFERENCE_PROMPT, PromptSpec, Workload, load_jsonl
 from dflashops.cli import cli
+from dflashops.deployment.layout import Layout
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.lab.hosts import SshHost
 from dflashops.playbook.models import Playbook
-from dflashops.tune.roofline_request import RooflineRequest
+from dflashops.roofline.request import RooflineRequest
+from tests.support.manifests import deployed_manifest
 from tests.support.ssh_hosts import connect_to
 from tests.support.vllm_servers import MODEL_NAME, NUM_SPECULATIVE_TOKENS, VllmServer
 
@@ -149,28 +151,22 @@ def test_dflash_bench_container_with_manifest(
     dflash_server: VllmServer, loopback_host: SshHost, tmp_path: Path
 ) -> None:
     """deployed.json wins over the playbook (its URL, k, version, argv); levels 1 and 2."""
-    manifest = tmp_path / "deployed.json"
     argv = [*dflash_server.spec.argv, "--api-key", "not-a-real-key"]
-    manifest.write_text(
-        json.dumps(
-            {
-                "endpoint": f"http://0.0.0.0:{dflash_server.port}",
-                "engine": "vllm",
-                "engine_version": "0.32.0",
-                "method": "dflash",
-                "num_speculative_tokens": NUM_SPECULATIVE_TOKENS,
-                "served_model_name": MODEL_NAME,
-                "playbook": "from-the-manifest",
-                "spec": {
-                    "argv": argv,
-                    "env": {**INTERVAL_ENV, "HF_TOKEN": "hf_secret"},
-                    "model": dflash_server.spec.model,
-                    "drafter": dflash_server.spec.drafter,
-                },
-                "future_key": {"ignored": True},
-            }
-        )
+    manifest = deployed_manifest(
+        endpoint=f"http://0.0.0.0:{dflash_server.port}/v1",
+        engine_version="0.32.0",
+        method="dflash",
+        num_speculative_tokens=NUM_SPECULATIVE_TOKENS,
+        served_model_name=MODEL_NAME,
+        playbook="from-the-manifest",
+        spec={
+            "argv": argv,
+            "env": {**INTERVAL_ENV, "HF_TOKEN": "hf_secret"},
+            "model": dflash_server.spec.model,
+            "drafter": dflash_server.spec.drafter,
+        },
     )
+    (tmp_path / "deployed.json").write_bytes(manifest.to_bytes())
     book = playbook_for(dflash_server).model_copy(update={"name": "test-playbook"})
     stale = book.model_copy(update={"server": book.server.model_copy(update={"port": 9})})
     settings = BenchSettings.from_playbook(
@@ -181,7 +177,7 @@ def test_dflash_bench_container_with_manifest(
         CONTAINER,
         stale,
         settings,
-        manifest_path=str(manifest),
+        layout=Layout(etc=str(tmp_path)),
         log_path=str(dflash_server.log_path),
         environ={},
         roofline=RooflineRequest(bandwidth_gbps=50),  # a CPU server has no GPU table entry
@@ -229,7 +225,7 @@ def test_dflash_reference_request_is_capped_with_a_warning(
         CONTAINER,
         book,
         settings,
-        manifest_path=str(tmp_path / "absent.json"),
+        layout=Layout(etc=str(tmp_path / "absent")),
         log_path=str(dflash_server.log_path),
         environ={},
     )
@@ -292,7 +288,7 @@ def test_ngram_bench_container(
         CONTAINER,
         playbook_for(ngram_server),
         settings,
-        manifest_path=str(tmp_path / "absent.json"),
+        layout=Layout(etc=str(tmp_path / "absent")),
         log_path=str(ngram_server.log_path),
         environ={},
     )
@@ -316,7 +312,7 @@ def test_decay_bench_container(
         CONTAINER,
         playbook_for(decay_server),
         settings,
-        manifest_path=str(tmp_path / "absent.json"),
+        layout=Layout(etc=str(tmp_path / "absent")),
         log_path=str(decay_server.log_path),
         environ={},
     )
@@ -387,7 +383,7 @@ def test_decay_missing_server_log_is_a_note(
         CONTAINER,
         playbook_for(decay_server),
         BenchSettings(workload=workload, requests=1, max_tokens=8, ignore_eos=True),
-        manifest_path=str(tmp_path / "absent.json"),
+        layout=Layout(etc=str(tmp_path / "absent")),
         log_path=str(tmp_path / "no-such.log"),
         environ={},
     )

@@ -8,7 +8,7 @@ import pytest
 
 from dflashops.bench.roofline import plan_roofline, probe_roofline_facts
 from dflashops.lab.hosts import SshHost
-from dflashops.tune.roofline_request import RooflineRequest
+from dflashops.roofline.request import RooflineRequest
 from tests.support.ssh_hosts import connect_to
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]

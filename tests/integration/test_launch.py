@@ -23,11 +23,11 @@ import httpx
 import pytest
 import yaml
 
+from dflashops.deployment.layout import DEFAULT_LAYOUT
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.lab.mounts import venv_base_prefix
 from dflashops.launch.control import follow_logs, read_logs, restart_server, stop_server
 from dflashops.launch.core import launch
-from dflashops.launch.layout import DEFAULT_LAYOUT
 from dflashops.launch.report import LaunchFailed
 from dflashops.launch.status import server_status
 from dflashops.playbook.load import load_playbook

@@ -18,7 +18,7 @@ from dflashops.bench.roofline import (
     weights_from_listing,
 )
 from dflashops.cli import cli
-from dflashops.tune.roofline_request import RooflineRequest, WeightSize
+from dflashops.roofline.request import RooflineRequest, WeightSize
 from tests.unit.test_bench_client import FakeOpenAIServer
 from tests.unit.test_report_bench import report
 

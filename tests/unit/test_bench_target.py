@@ -15,18 +15,17 @@ from dflashops.bench.models import BenchReport
 from dflashops.bench.runner import BenchSettings, SayProgress, as_progress
 from dflashops.bench.server_log import LogRead, check_window
 from dflashops.bench.target import (
-    Deployed,
-    playbook_for_container,
     redact_argv,
     resolve_target,
     server_url,
 )
 from dflashops.bench.workload import PromptSpec
 from dflashops.cli import cli
-from dflashops.errors import BenchmarkError
+from dflashops.errors import BenchmarkError, SecretError
 from dflashops.inventory.models import Container
 from dflashops.metrics.spec_decode import SpecDecodeDelta
 from dflashops.playbook.models import Playbook
+from tests.support.manifests import deployed_manifest
 from tests.unit.test_bench_client import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,27 +64,22 @@ def test_playbook_alone_gives_address_port_and_config() -> None:
     assert target.stats_interval_s == 10.0
 
 
-def test_manifest_wins_and_is_read_defensively() -> None:
-    text = json.dumps(
-        {
-            "endpoint": "http://0.0.0.0:31000",
-            "num_speculative_tokens": 4,
-            "engine_version": 7,  # wrong type: noted, ignored
-            "spec": {
-                "engine_version": "0.32.0",
-                "argv": ["vllm", "serve", "--served-model-name", "live", "--api-key=s3cret"],
-                "env": {"VLLM_LOG_STATS_INTERVAL": "2.5", "HF_TOKEN": "hf_x"},
-                "method": "eagle3",
-            },
-            "log_path": "/srv/server.log",
-            "unknown": [1, 2],
-        }
+def test_manifest_wins_over_the_playbook() -> None:
+    manifest = deployed_manifest(
+        endpoint="http://0.0.0.0:31000/v1",
+        engine_version="0.32.0",
+        method="eagle3",
+        num_speculative_tokens=4,
+        served_model_name="live",
+        spec={
+            "argv": ["vllm", "serve", "--served-model-name", "live", "--api-key=s3cret"],
+            "env": {"VLLM_LOG_STATS_INTERVAL": "2.5", "HF_TOKEN": "hf_x"},
+            "model": "/models/target",
+        },
     )
-    deployed = Deployed.from_text(text)
-    assert deployed.problems == (
-        "/etc/dflashops/deployed.json: engine_version is not a string; ignored",
+    target = resolve_target(
+        "ct1", container(**STATIC), playbook(), manifest, environ={}, log_path="/srv/server.log"
     )
-    target = resolve_target("ct1", container(**STATIC), playbook(), deployed, environ={})
     assert target.endpoint.base_url == "http://10.200.0.10:31000"  # 0.0.0.0 → the container
     config = target.config
     assert (config.engine_version, config.method, config.num_speculative_tokens) == (
@@ -98,30 +92,17 @@ def test_manifest_wins_and_is_read_defensively() -> None:
     assert config.server_args["argv"][-1] == "--api-key=***"
     assert config.server_args["env"]["HF_TOKEN"] == "***"
     assert (target.stats_interval_s, target.log_path) == (2.5, "/srv/server.log")
-    assert target.notes == deployed.problems
 
 
-@pytest.mark.parametrize(
-    ("text", "problem"),
-    [
-        ("{not json", "not JSON"),
-        ("[1, 2]", "not a JSON object"),
-        ('{"server_spec": 3}', "server_spec is not an object"),
-        ('{"spec": {"argv": "vllm serve"}}', "spec.argv is not a list of strings"),
-        ('{"num_speculative_tokens": true}', "num_speculative_tokens is not a count"),
-    ],
-)
-def test_unusable_manifest_values_become_notes(text: str, problem: str) -> None:
-    (found,) = Deployed.from_text(text).problems
-    assert problem in found
-
-
-def test_host_and_port_keys_make_a_url() -> None:
-    assert Deployed.from_text('{"host": "0.0.0.0", "port": 8000}').url == "http://0.0.0.0:8000"
+def test_reading_notes_are_carried() -> None:
+    notes = ["deployed.json: not a dflashops manifest (port: …); ignored"]
+    target = resolve_target("ct1", container(**STATIC), playbook(), None, environ={}, notes=notes)
+    assert list(target.notes) == notes
+    assert target.config.resolved_from["url"] == "playbook"
 
 
 def test_no_way_to_the_server_is_an_error() -> None:
-    with pytest.raises(BenchmarkError, match=r"no url in /etc/dflashops/deployed\.json, and no "):
+    with pytest.raises(BenchmarkError, match=r"nothing deployed by launch, and no "):
         resolve_target("ct1", container(**STATIC), None, None, environ={})
     with pytest.raises(BenchmarkError, match=r"the container has no address"):
         resolve_target("ct1", container(), playbook(), None, environ={})
@@ -129,7 +110,7 @@ def test_no_way_to_the_server_is_an_error() -> None:
 
 def test_api_key_comes_from_the_named_variable_only() -> None:
     book = playbook(api_key_env="VLLM_API_KEY")
-    with pytest.raises(BenchmarkError, match=r"\$VLLM_API_KEY, which is not set"):
+    with pytest.raises(SecretError, match=r"\$VLLM_API_KEY, which is not set"):
         resolve_target("ct1", container(**STATIC), book, None, environ={})
     target = resolve_target(
         "ct1", container(**STATIC), book, None, environ={"VLLM_API_KEY": "k-123"}
@@ -162,18 +143,6 @@ def test_redact_argv() -> None:
         "--port",
         "1",
     ]
-
-
-def test_playbook_for_container(tmp_path: Path) -> None:
-    (tmp_path / "a.yaml").write_text("name: a\ncontainer: ct1\n")
-    (tmp_path / "b.yaml").write_text("name: b\ncontainer: ct2\n")
-    (tmp_path / "c.yaml").write_text("name: c\ncontainer: ct2\n")
-    (tmp_path / "broken.yaml").write_text("{: nope")
-    assert playbook_for_container("ct1", [tmp_path]) == tmp_path / "a.yaml"
-    assert playbook_for_container("ct2", [tmp_path]) is None  # ambiguous
-    assert playbook_for_container("ct9", [tmp_path]) is None
-    found = playbook_for_container("lab-ct1", [REPO / "playbooks"])
-    assert found == REPO / "playbooks" / "lab-dflash.yaml"
 
 
 def test_settings_from_playbook_with_overrides() -> None:

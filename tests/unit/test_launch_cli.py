@@ -65,7 +65,7 @@ def test_api_key_env_must_be_set(workdir: Path, monkeypatch: pytest.MonkeyPatch)
         cli, ["launch", "ct", "--set", "server.api_key_env=MY_KEY", "--dry-run"]
     )
     assert result.exit_code == 1
-    assert "server.api_key_env names MY_KEY, which is not set" in result.output
+    assert "playbook a wants an API key from $MY_KEY, which is not set" in result.output
 
 
 @pytest.mark.parametrize("command", ["launch", "stop", "restart", "logs"])

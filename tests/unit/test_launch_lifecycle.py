@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from dflashops.deployment.layout import Layout
 from dflashops.launch import lifecycle
-from dflashops.launch.layout import Layout
 from dflashops.launch.render import RenderInputs, RestartPolicy, render
 from dflashops.playbook.models import Playbook
 

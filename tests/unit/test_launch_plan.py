@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from dflashops.deployment.manifest import DeployedFile, DeployedManifest
 from dflashops.engine import venv as engine_venv
 from dflashops.engine.wheel import LocalWheel
 from dflashops.launch.lifecycle import RunState, parse_state, parse_watch
-from dflashops.launch.manifest import DeployedFile, DeployedManifest
 from dflashops.launch.plan import decide, file_changes, spec_diff
 from dflashops.launch.render import RenderInputs, render, venv_python
 from dflashops.launch.status import parse_status
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Engine
+from tests.support.manifests import deployed_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 BOOK = load_playbook(REPO / "playbooks" / "lab-dflash.yaml")
@@ -26,26 +26,11 @@ RENDERED = render(BOOK, RenderInputs(supervisor="fallback", venv_python=venv_pyt
 
 
 def manifest(pid: int | None = 42) -> DeployedManifest:
-    return DeployedManifest(
+    return deployed_manifest(
         playbook=BOOK.name,
-        container="ct",
-        engine="vllm",
-        engine_version="0.32.0",
-        dflashops_version="0.1.0",
-        dflashops_wheel_sha256="a" * 64,
-        supervisor="fallback",
         files=[DeployedFile(path=f.path, sha256=f.sha256, mode=f.mode) for f in RENDERED.files],
         spec=RENDERED.spec.to_dict(),
-        speculative_config={"method": "dflash", "num_speculative_tokens": 4},
-        method="dflash",
-        num_speculative_tokens=4,
-        served_model_name="tiny",
-        host="0.0.0.0",
-        port=30000,
-        endpoint="http://10.0.0.1:30000/v1",
         pid=pid,
-        deployed_at=datetime(2026, 12, 1, tzinfo=UTC),
-        started_at=datetime(2026, 12, 1, tzinfo=UTC),
     )
 
 

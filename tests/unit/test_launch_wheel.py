@@ -51,8 +51,8 @@ def test_a_source_change_makes_a_new_wheel(
     changed = tmp_path / "src"
     shutil.copytree(source, changed)
     before = local_wheel(tmp_path / "c", changed)
-    (changed / "dflashops" / "launch" / "layout.py").write_text(
-        (changed / "dflashops" / "launch" / "layout.py").read_text() + "\n# edited\n"
+    (changed / "dflashops" / "deployment" / "layout.py").write_text(
+        (changed / "dflashops" / "deployment" / "layout.py").read_text() + "\n# edited\n"
     )
     after = local_wheel(tmp_path / "c", changed)
     assert after.sha256 != before.sha256 and after.path.parent != before.path.parent

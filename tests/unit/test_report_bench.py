@@ -184,7 +184,7 @@ def test_tune_compare_and_roofline_sections_are_plotted(saved: list[Path], tmp_p
         measured_points,
         tune_series,
     )
-    from dflashops.tune.roofline_request import RooflineRequest
+    from dflashops.roofline.request import RooflineRequest
 
     base = BenchReport.load(saved[1])
     predictions = [

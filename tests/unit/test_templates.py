@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from dflashops.deployment.layout import Layout
 from dflashops.errors import PlaybookError, TemplateRenderError
 from dflashops.launch.args import TargetFacts, hybrid_from_config
-from dflashops.launch.layout import Layout
 from dflashops.launch.render import Rendered, RenderInputs, render, venv_python
 from dflashops.launch.templates import Quoted, render_template, shell_quote, templates_dir
 from dflashops.playbook.load import load_playbook

@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dflashops.launch.layout import Layout
+from dflashops.deployment.layout import Layout
 from dflashops.launch.render import RenderInputs, render
 from dflashops.playbook.models import Playbook
 

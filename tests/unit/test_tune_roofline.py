@@ -11,8 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from dflashops.drafter.safetensors import header_bytes
-from dflashops.tune import TuneInputError
-from dflashops.tune.roofline import (
+from dflashops.roofline.model import (
     GPUS,
     RooflineSpec,
     decode_ceiling,
@@ -22,6 +21,7 @@ from dflashops.tune.roofline import (
     roofline,
     safetensors_weights,
 )
+from dflashops.tune import TuneInputError
 
 GB = 10**9
 A6000_TP2_27B = RooflineSpec(gpu="RTX A6000", tp=2, weight_bytes=54 * GB)

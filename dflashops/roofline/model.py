@@ -20,7 +20,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dflashops.errors import TuneInputError
+from dflashops.drafter.safetensors import DTYPE_BYTES, read_header, read_weights
+from dflashops.errors import DrafterError, TuneInputError
 
 GB = 1e9
 VENDOR_SOURCE = "vendor spec value (NVIDIA product datasheet)"
@@ -101,9 +102,6 @@ def safetensors_weights(path: Path) -> WeightsInfo:
     Headers only, through the drafter checks' reader (a directory's shard index decides which
     files count, so a consolidated copy next to the shards is not counted twice).
     """
-    from dflashops.drafter.safetensors import DTYPE_BYTES, read_header, read_weights
-    from dflashops.errors import DrafterError
-
     try:
         if path.is_file():
             tensors = list(read_header(path).values())

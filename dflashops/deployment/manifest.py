@@ -8,12 +8,17 @@ it. Mode 600: it records each managed file's sha256, the secrets file's too.
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.errors import DflashopsError
+from dflashops.remote import SshConnection, get_bytes, put_atomic
+
+MAX_MANIFEST_BYTES = 1 * 2**20
 
 
 class DeployedFile(BaseModel):
@@ -72,3 +77,35 @@ class DeployedManifest(BaseModel):
 
     def file_sha(self, path: str) -> str | None:
         return next((f.sha256 for f in self.files if f.path == path), None)
+
+    @property
+    def argv(self) -> list[str]:
+        """The engine command line the server was started with (the spec's ``argv``)."""
+        argv = self.spec.get("argv")
+        return [str(a) for a in argv] if isinstance(argv, list) else []
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment the spec added for the engine."""
+        env = self.spec.get("env")
+        return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
+def read_manifest(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> DeployedManifest | None:
+    """The container's manifest, or None when nothing was deployed (no file).
+
+    A file that is not a manifest raises :class:`DflashopsError` naming it: callers that can go
+    on without it (``bench``) catch that and say so.
+    """
+    q = shlex.quote(layout.manifest)
+    if conn.probe(f"test -f {q}").exit_code != 0:
+        return None
+    data = get_bytes(conn, layout.manifest, max_bytes=MAX_MANIFEST_BYTES)
+    return DeployedManifest.from_text(data.decode("utf-8", errors="replace"), layout.manifest)
+
+
+def write_manifest(
+    conn: SshConnection, manifest: DeployedManifest, layout: Layout = DEFAULT_LAYOUT
+) -> None:
+    """Replace the manifest atomically (mode 600: it holds the secrets file's checksum)."""
+    put_atomic(conn, manifest.to_bytes(), layout.manifest, mode=0o600)

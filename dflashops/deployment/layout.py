@@ -1,4 +1,9 @@
-"""Where a deployment lives in a container (DESIGN.md "What lives in a container").
+"""Where a deployment lives in a container: every path dflashops manages there.
+
+``/opt/dflashops/venv-<engine>-<version>`` per engine version (engines pin different torch
+builds, so they never share one), the wheels pushed into them, ``/etc/dflashops`` for what
+``launch`` renders (``launch.sh``, ``server.json``, ``secrets.env``, ``deployed.json``),
+``/var/log/dflashops/server.log``. Replaced files keep timestamped backups next to them.
 
 Run-time state (pids, events, the preflight report) goes under ``/var/lib/dflashops``, not
 ``/run``: a lab container shares this machine's ``/run``, and a stale pid after a reboot is

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from dflashops.errors import TuneInputError
-from dflashops.tune.roofline import RooflineSpec, parse_count, parse_size, safetensors_weights
+from dflashops.roofline.model import RooflineSpec, parse_count, parse_size, safetensors_weights
 
 
 class RooflineRequest(BaseModel):
