@@ -8,7 +8,7 @@ offending line. Duplicate keys, which PyYAML silently collapses, are errors here
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,8 +17,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dflashops.errors import ConfigError
+from dflashops.pydantic_errors import Loc, dotted, first_error
 
-Loc = tuple[str | int, ...]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
@@ -117,64 +117,6 @@ def _index_lines(
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             _index_lines(item, (*loc, index), lines, source, error_cls)
-
-
-def dotted(loc: Sequence[str | int]) -> str:
-    """``("containers", "ct1", "gpus", 0)`` → ``containers.ct1.gpus[0]``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def first_error(exc: ValidationError, data: Any = None) -> tuple[Loc, str]:
-    """The first pydantic error as (location in ``data``, readable reason).
-
-    pydantic puts union member names ("TokenAuth", "function-after[...]") into locations; parts
-    that are not keys of the data on the way down are dropped, so the location is a real key path.
-    """
-    err = exc.errors(include_url=False)[0]
-    loc = _data_path(tuple(err["loc"]), data)
-    msg = str(err["msg"])
-    if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif err["type"] == "missing":
-        msg = "required key is missing"
-    elif "input" in err and err["type"] not in {"value_error", "assertion_error"}:
-        msg = f"{msg} (got {_short_repr(err['input'])})"
-    msg = msg.removeprefix("Value error, ")
-    return loc, msg
-
-
-def _data_path(loc: Loc, data: Any) -> Loc:
-    out: list[str | int] = []
-    node = data
-    for index, part in enumerate(loc):
-        last = index == len(loc) - 1
-        if isinstance(node, dict):
-            if part in node:
-                out.append(part)
-                node = node[part]
-            elif last:
-                out.append(part)  # an unknown or missing key: name it
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            out.append(part)
-            node = node[part]
-        elif node is None and last and not _is_model_tag(part):
-            out.append(part)
-    return tuple(out)
-
-
-def _is_model_tag(part: str | int) -> bool:
-    return isinstance(part, str) and ("[" in part or part[:1].isupper())
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def validate_doc(

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dflashops import __version__
 from dflashops.errors import BenchmarkError
+from dflashops.pydantic_errors import first_error_line
 
 SCHEMA_VERSION = 1
 REPORT_KIND: Final = "dflashops-bench"
@@ -250,8 +251,4 @@ class BenchReport(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise BenchmarkError(
-                f"{path}: {where}: {first['msg']} ({exc.error_count()} error(s))"
-            ) from exc
+            raise BenchmarkError(f"{path}: {first_error_line(exc, data)}") from exc

@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dflashops.errors import ConfigError
+from dflashops.pydantic_errors import dotted, first_error
 
 REFERENCE_PROMPT = "Explain the theory of general relativity in detail."
 DEFAULT_MAX_TOKENS = 2000
@@ -160,10 +161,9 @@ def load_jsonl(path: Path) -> Workload:
         try:
             prompts.append(PromptSpec.model_validate(data))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            key = ".".join(str(p) for p in first["loc"]) or None
+            loc, reason = first_error(exc, data)
             raise ConfigError(
-                first["msg"].removeprefix("Value error, "), source=str(path), line=number, key=key
+                reason, source=str(path), line=number, key=dotted(loc) or None
             ) from exc
     if not prompts:
         raise ConfigError("no requests in the file", source=str(path))

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.errors import DflashopsError
+from dflashops.pydantic_errors import first_error_line
 from dflashops.remote import SshConnection, get_bytes, put_atomic
 
 MAX_MANIFEST_BYTES = 1 * 2**20
@@ -68,10 +69,8 @@ class DeployedManifest(BaseModel):
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
             raise DflashopsError(
-                f"{source}: not a dflashops manifest ({where}: {first['msg']})",
+                f"{source}: not a dflashops manifest ({first_error_line(exc)})",
                 hint="it is rewritten by the next successful launch",
             ) from None
 

@@ -21,6 +21,7 @@ from dflashops.drafter.diff import DiffLine
 from dflashops.drafter.registry import MatchedBy
 from dflashops.drafter.result import CheckResult, Finding, Status, Summary
 from dflashops.errors import DrafterError
+from dflashops.pydantic_errors import first_error_line
 
 
 class _Report(BaseModel):
@@ -44,9 +45,8 @@ class _Report(BaseModel):
         except OSError as exc:
             raise DrafterError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(map(str, first["loc"])) or "<root>"
-            raise DrafterError(f"{path}: not a {cls.__name__}: {where}: {first['msg']}") from exc
+            line = first_error_line(exc, root="<root>")
+            raise DrafterError(f"{path}: not a {cls.__name__}: {line}") from exc
 
 
 class DrafterCheckReport(_Report):

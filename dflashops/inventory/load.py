@@ -12,8 +12,9 @@ from pydantic import ValidationError
 from dflashops.errors import InventoryError, SecretError, UnknownNameError
 from dflashops.inventory.models import Cluster, Container, InventoryFile, Node, PasswordAuth
 from dflashops.overrides import Override, deep_merge, parse_overrides
+from dflashops.pydantic_errors import Loc, dotted, first_error
 from dflashops.secrets import SecretRef
-from dflashops.yamldoc import Loc, YamlDoc, dotted, first_error, load_yaml_file, validate_doc
+from dflashops.yamldoc import YamlDoc, load_yaml_file, validate_doc
 
 
 @dataclass(frozen=True)

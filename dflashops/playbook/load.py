@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from dflashops.errors import PlaybookError
 from dflashops.overrides import Override, apply_overrides, parse_overrides
 from dflashops.playbook.models import Playbook
-from dflashops.yamldoc import dotted, first_error, load_yaml_file, validate_doc
+from dflashops.pydantic_errors import dotted, first_error
+from dflashops.yamldoc import load_yaml_file, validate_doc
 
 
 def playbook_dirs() -> list[Path]:

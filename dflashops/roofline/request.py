@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dflashops.errors import TuneInputError
+from dflashops.pydantic_errors import first_error
 from dflashops.roofline.model import RooflineSpec, parse_count, parse_size, safetensors_weights
 
 
@@ -108,11 +109,5 @@ def roofline_spec(
             extra_bytes_per_step=parse_size(extra, field="extra-bytes") if extra else 0,
         )
     except ValueError as exc:  # pydantic's ValidationError is one
-        raise TuneInputError(_first_error(exc), field="active-params") from exc
-
-
-def _first_error(exc: ValueError) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        return str(errors()[0]["msg"]).removeprefix("Value error, ")
-    return str(exc)
+        reason = first_error(exc)[1] if isinstance(exc, ValidationError) else str(exc)
+        raise TuneInputError(reason, field="active-params") from exc
