@@ -10,7 +10,7 @@ FULL = "full_attention"
 SLIDING = "sliding_attention"
 LAYER_TYPES = (FULL, SLIDING)
 DRAFTER_ARCH = "DFlashDraftModel"
-# Other DFlash drafter classes vLLM 0.32 registers (reference/vllm-cpu-feasibility.md §4).
+# Other DFlash drafter classes vLLM 0.32 registers (its model registry's speculative models).
 OTHER_DFLASH_ARCHS = frozenset(
     {
         "DFlash2DraftModel",

@@ -1,6 +1,6 @@
 """Which engine version does what with a DFlash drafter (``--engine vllm==X`` / ``sglang==X``).
 
-Facts from the vLLM sdists and SGLang wheels read for ``reference/vllm-dflash.md`` §2. Versions
+Facts read from the vLLM sdists and SGLang wheels of each version listed below. Versions
 compare on their numeric release part only (``0.26.0rc1`` counts as 0.26.0).
 """
 

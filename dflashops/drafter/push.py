@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import posixpath
 import tempfile
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +32,9 @@ from dflashops.drafter.validate import validate_drafter
 from dflashops.errors import DrafterError
 from dflashops.inventory.load import Inventory
 from dflashops.playbook.models import Playbook
+from dflashops.progress import Say, quiet
 from dflashops.remote import SshConnection, get_text, put_atomic
 
-Progress = Callable[[str], None]
 CONFIG = "config.json"
 
 
@@ -108,12 +107,12 @@ def push_drafter_config(
     *,
     source: str | None = None,
     dry_run: bool = False,
-    progress: Progress | None = None,
+    progress: Say | None = None,
     connection: SshConnection | None = None,
     registry_paths: tuple[Path, ...] = (),
 ) -> PushResult:
     """Patch the container's drafter ``config.json`` with the reference's certain values."""
-    say = progress or (lambda _m: None)
+    say = progress or quiet
     remote_dir = drafter_dir(playbook)
     remote_config = posixpath.join(remote_dir, CONFIG)
     registry = load_registry(registry_paths)

@@ -17,7 +17,7 @@ Status = Literal["clean", "warnings", "errors"]
 
 SEVERITY_RANK: Mapping[str, int] = {"error": 0, "warning": 1, "info": 2}
 
-# DESIGN.md: 0 clean, 3 warnings only, 4 errors (1 is any DflashopsError, raised instead).
+# The CLI exit codes: 0 clean, 3 warnings only, 4 errors (1 is any DflashopsError, raised instead).
 EXIT_CODES: Mapping[str, int] = {"clean": 0, "warnings": 3, "errors": 4}
 
 

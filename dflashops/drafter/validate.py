@@ -5,8 +5,8 @@ the bundled server preflight (``dflashops/server/entry.py``) calls it inside an 
 dflashops must not depend on pydantic, click or rich. The result is plain dataclasses
 (:mod:`dflashops.drafter.result`); the CLI wraps them in a pydantic report.
 
-The rules come from z-lab's ``dflash/model.py`` and vLLM's ``qwen3_dflash.py`` as summarised in
-``reference/vllm-dflash.md`` §1-2 and ``reference/vllm-cpu-feasibility.md`` §4:
+The rules come from z-lab's ``dflash/model.py`` and vLLM's ``qwen3_dflash.py`` (the model code
+that reads these keys):
 
 - ``target_layer_ids`` are 0-based target layers whose *outputs* the drafter reads; ``fc`` takes
   their concatenation, so ``len(ids) * target_hidden`` is the width of ``fc.weight``.

@@ -27,10 +27,12 @@ def check_view(report: DrafterCheckReport) -> Group:
         head.append(f"weights  {report.fingerprint}")
     parts: list[Text | Table] = [Text("\n".join(head))]
     if report.findings:
-        # two columns: the "why" is the point of a finding and must stay readable at 80 columns
-        table = Table(show_lines=True, expand=True)
+        # two columns: the "why" is the point of a finding and wraps at spaces to fit the width;
+        # the key, expected and found lines are single words to the console, which never breaks
+        # a word (dflashops.cli.console)
+        table = Table(show_lines=True)
         table.add_column("severity", no_wrap=True)
-        table.add_column("finding", ratio=1)
+        table.add_column("finding")
         for f in report.findings:
             body = Text()
             body.append(f.key, style="bold")
@@ -53,13 +55,14 @@ def diff_view(report: DrafterDiffReport) -> Group | Text:
     if not report.differences:
         return Text(f"{title}: no differences")
     registry = report.against_kind == "registry"
-    table = Table(title=title, expand=True)
-    table.add_column("key", overflow="fold", ratio=2)
+    table = Table(title=title)
+    # a dotted key is one identifier: never wrapped; values wrap only at their spaces
+    table.add_column("key", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("drafter", overflow="fold", ratio=3)
-    table.add_column("reference" if registry else "other", overflow="fold", ratio=3)
+    table.add_column("drafter")
+    table.add_column("reference" if registry else "other")
     if registry:
-        table.add_column("certainty", no_wrap=True)
+        table.add_column("certainty")
     for d in report.differences:
         row = [d.key, d.status, d.drafter, d.other]
         sure = f"{'certain' if d.certain else 'uncertain'}\n{d.basis}"

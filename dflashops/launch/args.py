@@ -2,7 +2,8 @@
 
 The command line is data (a list of strings that the bundled server hands to ``execvpe``; no
 shell ever parses it), and the speculative config is JSON dumped from a dict, never pasted
-together. Facts are from ``reference/vllm-dflash.md`` §2, §3 and §6.
+together. The flags and their values per engine version are those each engine's own argument
+parser accepts (vLLM ``--speculative-config`` JSON; SGLang ``--speculative-*`` flags).
 """
 
 from __future__ import annotations

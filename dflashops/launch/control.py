@@ -20,8 +20,8 @@ from dflashops.launch import lifecycle
 from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S
 from dflashops.launch.diagnose import diagnose
 from dflashops.launch.readiness import HttpProber, wait_ready
+from dflashops.progress import Say, quiet
 
-Progress = Callable[[str], None]
 FOLLOW_POLL_S = 1.0
 
 
@@ -63,13 +63,13 @@ def restart_server(
     inventory: Inventory,
     container_name: str,
     *,
-    progress: Progress | None = None,
+    progress: Say | None = None,
     timeout_s: float = DEFAULT_READY_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
     layout: Layout = DEFAULT_LAYOUT,
 ) -> RestartReport:
     """Stop and start the deployed server and wait until it is ready again."""
-    say = progress or (lambda _message: None)
+    say = progress or quiet
     env = os.environ if environ is None else environ
     target = connect(inventory, container_name)
     with target.conn as conn:

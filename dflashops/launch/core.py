@@ -21,7 +21,7 @@ import difflib
 import json
 import os
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -47,10 +47,9 @@ from dflashops.launch.render import Rendered, RenderInputs, render, venv_python
 from dflashops.launch.report import LaunchFailed, LaunchRefused, LaunchReport
 from dflashops.launch.validation import DrafterValidation, validate
 from dflashops.playbook.models import Playbook
+from dflashops.progress import Say, quiet
 from dflashops.remote import FileUpload, PutResult, SshConnection, get_text, put_files
 
-Progress = Callable[[str], None]
-Warn = Callable[[str], None]
 DEFAULT_READY_TIMEOUT_S = 900.0
 LOG_TAIL_LINES = 25
 _LOOPBACK = ("127.", "localhost", "::1")
@@ -80,8 +79,8 @@ def launch(
     *,
     dry_run: bool = False,
     force: bool = False,
-    progress: Progress | None = None,
-    warn: Warn | None = None,
+    progress: Say | None = None,
+    warn: Say | None = None,
     timeout_s: float = DEFAULT_READY_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
     wheel: LocalWheel | None = None,
@@ -91,7 +90,7 @@ def launch(
 
     ``warn`` is told each warning as it arises (e.g. ``--force`` over drafter errors), before
     anything changes; the report repeats them."""
-    say = progress or (lambda _message: None)
+    say = progress or quiet
     api_key = server_api_key(
         playbook.server.api_key_env,
         os.environ if environ is None else environ,
@@ -111,7 +110,7 @@ def launch(
             wheel=wheel,
             layout=layout,
             say=say,
-            warn=warn or (lambda _message: None),
+            warn=warn or quiet,
             timeout_s=timeout_s,
             force=force,
         )
@@ -131,8 +130,8 @@ class _Launch:
         api_key: str | None,
         wheel: LocalWheel,
         layout: Layout,
-        say: Progress,
-        warn: Warn,
+        say: Say,
+        warn: Say,
         timeout_s: float,
         force: bool,
     ) -> None:

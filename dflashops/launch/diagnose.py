@@ -1,7 +1,7 @@
 """Name why a server failed, from its log (the part written since this start) and exit code.
 
-The patterns are the engines' own messages (``reference/vllm-dflash.md`` §2 and the real
-vLLM 0.32 CPU failures the integration tests provoke). The most specific cause wins; an
+The patterns are the engines' own messages (read from their sources, and the real vLLM 0.32 CPU
+failures the integration tests provoke). The most specific cause wins; an
 unknown failure still gets the engine's last error line.
 """
 

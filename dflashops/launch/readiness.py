@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
-Progress = Callable[[str], None]
+from dflashops.progress import Say
 
 HEALTH_TIMEOUT_S = 3.0
 PROBE_TIMEOUT_S = 60.0  # the first completion also warms the engine up
@@ -108,10 +108,6 @@ class ProcessView:
     log_line: str | None = None
 
 
-class ProcessWatcher(Protocol):
-    def __call__(self) -> ProcessView: ...
-
-
 @dataclass(frozen=True)
 class HttpView:
     health: int | None
@@ -199,7 +195,7 @@ def wait_ready(
     model: str,
     timeout_s: float,
     poll_s: float = 1.0,
-    progress: Progress | None = None,
+    progress: Say | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ReadinessResult:

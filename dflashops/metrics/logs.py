@@ -1,6 +1,6 @@
 """Throughput and spec-decode windows from a saved vLLM or SGLang server log.
 
-Formats (reference: vllm-dflash.md §4 and §6):
+Formats, as vLLM and SGLang print them (read from their sources and real logs, per version):
 
 - vLLM V1 periodic stats, every ``VLLM_LOG_STATS_INTERVAL`` s while busy: ``Engine 000: Avg prompt
   throughput: … tokens/s, Avg generation throughput: … tokens/s, Running: … reqs, Waiting: … reqs,

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "dflashops"
 # feature on top of the deployment contract; the rest of "drafter" is the validation below it).
 LAYERS: list[tuple[str, ...]] = [
     ("", "errors"),  # "" is the package itself (its version)
-    ("pydantic_errors", "cache"),
+    ("pydantic_errors", "cache", "progress"),
     ("yamldoc", "overrides", "secrets"),
     ("inventory", "playbook", "metrics"),
     ("remote", "drafter", "proxmox.client"),

@@ -281,7 +281,7 @@ def test_estimate_num_drafts_bounds_hold_for_many_windows() -> None:
 
 
 def test_optional_parts_of_the_part_joined_line() -> None:
-    # synthesized from the 0.14+ part list (vllm-dflash.md §4, parts 5-10), CPU device word (0.30+)
+    # synthesized from the 0.14+ part list (parts 5-10), CPU device word (0.30+)
     line = (
         "(APIServer pid=5) INFO 12-02 12:00:00 [loggers.py:1] Engine 000: "
         "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 9.5 tokens/s, "
@@ -300,7 +300,7 @@ def test_optional_parts_of_the_part_joined_line() -> None:
 
 
 def test_nan_rate_when_nothing_was_drafted() -> None:
-    # synthesized: "Draft acceptance rate = accepted/drafted x 100, or nan" (vllm-dflash.md §4)
+    # synthesized: vLLM logs "Draft acceptance rate" as accepted/drafted x 100, or nan
     line = (
         "INFO 12-02 12:00:00 [metrics.py:1] SpecDecoding metrics: Mean acceptance length: 1.00, "
         "Accepted throughput: 0.00 tokens/s, Drafted throughput: 0.00 tokens/s, Accepted: 0 "

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dflashops.lab.models import acceptance, layout, prompts
 from dflashops.lab.models.tokenizer import MASK, save_tokenizer, train_tokenizer
-
-Progress = Callable[[str], None]
+from dflashops.progress import Say, quiet
 
 TARGET_SHAPE: dict[str, Any] = {
     "hidden_size": 128,
@@ -117,7 +116,7 @@ def perturbed_copy(model: Any, layers: Sequence[int], scale: float, seed: int) -
 
 
 def calibrate_decay(
-    target: Any, prompt_ids: Sequence[Sequence[int]], seed: int, progress: Progress
+    target: Any, prompt_ids: Sequence[Sequence[int]], seed: int, progress: Say
 ) -> tuple[float, list[dict[str, Any]]]:
     """Pick the noise scale whose acceptance comes closest to ``DECAY_AIM`` (bf16, like vLLM)."""
     target_bf16 = _bf16_copy(target)
@@ -220,9 +219,9 @@ def write_dflash(target_dir: Path, out: Path, seed: int) -> None:
             shutil.copyfile(target_dir / name, out / name)
 
 
-def build_all(out_dir: Path, seed: int = 0, progress: Progress | None = None) -> layout.LabModels:
+def build_all(out_dir: Path, seed: int = 0, progress: Say | None = None) -> layout.LabModels:
     """Build every lab model into ``out_dir`` (replacing what is there); write the manifest last."""
-    say = progress or (lambda _message: None)
+    say = progress or quiet
     _deterministic()
     from transformers.utils import logging as hf_logging  # type: ignore[import-not-found, unused-ignore]
 

@@ -10,16 +10,14 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 from dflashops.errors import LabError, tail_lines
 from dflashops.lab.models.layout import LabModels, default_models_dir
 from dflashops.lab.runtime import VllmRuntime
+from dflashops.progress import Say, quiet
 
 BUILD_TIMEOUT_S = 600
-
-Progress = Callable[[str], None]
 
 
 def ensure_lab_models(
@@ -28,7 +26,7 @@ def ensure_lab_models(
     *,
     seed: int = 0,
     force: bool = False,
-    progress: Progress | None = None,
+    progress: Say | None = None,
 ) -> tuple[LabModels, bool]:
     """The lab models in ``out`` (default: the cache), and whether they were built just now.
 
@@ -38,7 +36,7 @@ def ensure_lab_models(
     models = LabModels((out or default_models_dir()).expanduser().resolve())
     if not force and models.is_complete(seed):
         return models, False
-    say = progress or (lambda _message: None)
+    say = progress or quiet
     models.root.parent.mkdir(parents=True, exist_ok=True)
     staging = models.root.with_name(f".{models.root.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -52,7 +50,7 @@ def ensure_lab_models(
     return models, True
 
 
-def run_builder(runtime: VllmRuntime, out: Path, *, seed: int, progress: Progress) -> None:
+def run_builder(runtime: VllmRuntime, out: Path, *, seed: int, progress: Say) -> None:
     """Run ``python -m dflashops.lab.models OUT`` in the runtime; relay its progress lines."""
     argv = [str(runtime.python), "-m", "dflashops.lab.models", str(out), "--seed", str(seed)]
     try:
