@@ -20,9 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
@@ -41,35 +39,19 @@ from dflashops.errors import DflashopsError, RemoteError
 from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
 from dflashops.launch.diagnose import diagnose
+from dflashops.launch.endpoint import base_url, endpoint_host
 from dflashops.launch.plan import decide, file_changes, remote_shas, spec_diff
-from dflashops.launch.readiness import HttpProber, Phase, ReadinessResult, wait_ready
+from dflashops.launch.readiness import HttpProber, ReadinessResult, wait_ready
 from dflashops.launch.render import Rendered, RenderInputs, render, venv_python
 from dflashops.launch.report import LaunchFailed, LaunchRefused, LaunchReport
+from dflashops.launch.rollback import Attempt, endpoint_of, failure_of, restore
 from dflashops.launch.validation import DrafterValidation, validate
 from dflashops.playbook.models import Playbook
 from dflashops.progress import Say, quiet
-from dflashops.remote import FileUpload, PutResult, SshConnection, get_text, put_files
+from dflashops.remote import FileUpload, SshConnection, get_text, put_files
 
 DEFAULT_READY_TIMEOUT_S = 900.0
 LOG_TAIL_LINES = 25
-_LOOPBACK = ("127.", "localhost", "::1")
-
-
-def endpoint_host(playbook: Playbook, address: str) -> str:
-    host = playbook.server.host
-    if host in ("0.0.0.0", "::", ""):
-        return address
-    if host.startswith(_LOOPBACK):
-        raise LaunchRefused(
-            f"server.host {host} is not reachable from here; launch checks readiness over the "
-            "network",
-            hint="serve on 0.0.0.0 or the container's address",
-        )
-    return host
-
-
-def base_url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def launch(
@@ -285,7 +267,7 @@ class _Launch:
         except DflashopsError:
             restore(conn, pushed)  # the old server may still run: give it its files back
             raise
-        attempt = _Attempt(before, pushed, state.running, manifest, systemd)
+        attempt = Attempt(before, pushed, state.running, manifest, systemd)
         started_at = datetime.now(UTC)
         self.say("starting the server")
         try:
@@ -294,7 +276,7 @@ class _Launch:
             self._fail(attempt, exc.message, None)
         result = self._wait(pid, before, self.playbook.served_name, self.endpoint)
         if not result.ready:
-            self._fail(attempt, *_failure(result, self.timeout_s))
+            self._fail(attempt, *failure_of(result, self.timeout_s))
         exec_env, p2p = self._preflight_facts()
         new_manifest = DeployedManifest(
             playbook=self.playbook.name,
@@ -356,7 +338,7 @@ class _Launch:
 
     # ------------------------------------------------------------------ failure
 
-    def _fail(self, attempt: _Attempt, message: str, exit_code: int | None) -> NoReturn:
+    def _fail(self, attempt: Attempt, message: str, exit_code: int | None) -> NoReturn:
         conn, layout = self.conn, self.layout
         if exit_code is None:
             exit_code = lifecycle.exit_code_since(conn, layout, attempt.before.events_size)
@@ -371,7 +353,7 @@ class _Launch:
             previous_serving = self._restart_previous(attempt.manifest, attempt.systemd)
         summary = cause.summary if cause else message
         restored = any(r.backup for r in attempt.pushed)
-        previous = _endpoint(attempt.manifest)
+        previous = endpoint_of(attempt.manifest)
         outcome = {
             None: "the previous files were restored (nothing was serving before)"
             if restored
@@ -406,49 +388,6 @@ class _Launch:
             )
             write_manifest(conn, updated, layout)
         return result.ready
-
-
-@dataclass(frozen=True)
-class _Attempt:
-    """What a failed start must undo."""
-
-    before: lifecycle.RunState
-    pushed: list[PutResult]
-    was_running: bool
-    manifest: DeployedManifest | None
-    systemd: bool
-
-
-def _failure(result: ReadinessResult, timeout_s: float) -> tuple[str, int | None]:
-    """(message, exit code) of a start that did not become ready."""
-    last = result.last
-    if result.phase is Phase.TIMED_OUT:
-        where = last.detail if last and last.detail else result.phase.value
-        return f"not ready within {timeout_s:.0f}s (last: {where})", None
-    code = last.exit_code if last else None
-    return "the server exited" + (f" with code {code}" if code is not None else ""), code
-
-
-def restore(conn: SshConnection, pushed: Sequence[PutResult]) -> None:
-    """Undo a ``put_files``: put each backup back, remove each file it created."""
-    q = shlex.quote
-    lines = []
-    for result in pushed:
-        if not result.changed:
-            continue
-        if result.backup:
-            temp = f"{result.path}.dfo-restore.tmp"
-            lines.append(
-                f"cp -p -- {q(result.backup)} {q(temp)} && mv -fT -- {q(temp)} {q(result.path)}"
-            )
-        elif result.created:
-            lines.append(f"rm -f -- {q(result.path)}")
-    if lines:
-        conn.run(" && ".join(lines), deadline=60.0, display="restore previous files")
-
-
-def _endpoint(manifest: DeployedManifest | None) -> str | None:
-    return manifest.endpoint if manifest else None
 
 
 def _speculative(argv: Sequence[str]) -> dict[str, Any] | None:
