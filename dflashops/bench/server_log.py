@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dflashops.bench.models import ServerLogCheck
 from dflashops.deployment.layout import DEFAULT_LAYOUT
 from dflashops.errors import RemoteError
-from dflashops.metrics.logs import parse_log, spec_decode_totals
+from dflashops.metrics.log_totals import spec_decode_totals
+from dflashops.metrics.logs import parse_log
 
 if TYPE_CHECKING:
     from dflashops.metrics.spec_decode import SpecDecodeDelta

@@ -6,7 +6,7 @@ a deadline on every operation, retries only for connection setup).
 
 from __future__ import annotations
 
-from dflashops.remote.connection import CommandResult, SshConnection, connect
+from dflashops.remote.connection import CommandResult, SshConnection
 from dflashops.remote.errors import (
     GroupError,
     HostKeyError,
@@ -39,7 +39,6 @@ __all__ = [
     "RemoteDeadlineError",
     "RemoteTransferError",
     "SshConnection",
-    "connect",
     "for_each_host",
     "get_bytes",
     "get_text",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich import box
 from rich.table import Table
 
-from dflashops.metrics.logs import LogSummary, LogWindow, SpecDecodeTotals
+from dflashops.metrics.log_models import LogSummary, LogWindow, SpecDecodeTotals
 
 
 def _num(value: float | int | None, fmt: str = ".1f") -> str:
@@ -82,7 +82,7 @@ def spec_decode_table(summary: LogSummary) -> Table:
     columns = ["line", "time", *(["engine"] if engines else [])]
     for column in [*columns, "acc/drafted", "rate %", "MAL", "drafts"]:
         table.add_column(column, justify="left" if column in ("time", "engine") else "right")
-    table.add_column("per-position acceptance", overflow="fold")
+    table.add_column("per-position acceptance")  # wraps between rates, never inside one
     for w in windows:
         drafts = w.drafts_estimate()
         table.add_row(

@@ -7,12 +7,8 @@ from pathlib import Path
 import pytest
 
 from dflashops.errors import ParseError
-from dflashops.metrics.logs import (
-    LogSummary,
-    estimate_num_drafts,
-    parse_log,
-    parse_log_file,
-)
+from dflashops.metrics.log_models import LogSummary, estimate_num_drafts
+from dflashops.metrics.logs import parse_log, parse_log_file
 from dflashops.metrics.prometheus import parse_exposition
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

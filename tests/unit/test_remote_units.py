@@ -23,8 +23,9 @@ from dflashops.remote import (
     for_each_host,
     put_files,
 )
-from dflashops.remote.connection import _RecordNewKey, _RejectUnknownKey
 from dflashops.remote.files import _prune_backups, _temp_prefix
+from dflashops.remote.host_keys import RecordNewKey as _RecordNewKey
+from dflashops.remote.host_keys import RejectUnknownKey as _RejectUnknownKey
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,0 +1,196 @@
+"""What ``parse_log`` reads from a server log: one window per periodic stats line (throughput,
+spec decoding), and the totals over a log; plus the verify-step estimate a window's numbers
+allow."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+Source = Literal["vllm", "vllm-v0", "sglang"]
+
+
+class LogWindow(BaseModel):
+    """Where a line came from. ``timestamp`` is the log's own ``MM-DD HH:MM:SS`` (no year)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    line: int
+    timestamp: str | None = None
+    pid: int | None = None
+    process: str | None = None
+    engine: str | None = None
+    source: Source = "vllm"
+
+
+class ThroughputWindow(LogWindow):
+    """One periodic stats line. Throughputs in tokens/s, percentages as printed (0–100)."""
+
+    prompt_throughput: float | None = None
+    generation_throughput: float | None = None
+    running: int | None = None
+    waiting: int | None = None
+    swapped: int | None = None
+    pending: int | None = None
+    deferred: int | None = None
+    preemptions: int | None = None
+    corrupted: int | None = None
+    kv_fetch_waiting: int | None = None
+    kv_fetch_in_progress: int | None = None
+    kv_fetch_completed_waiting: int | None = None
+    kv_cache_device: str | None = None
+    kv_cache_usage_pct: float | None = None
+    cpu_kv_cache_usage_pct: float | None = None
+    prefix_cache_hit_rate_pct: float | None = None
+    cpu_prefix_cache_hit_rate_pct: float | None = None
+    external_prefix_cache_hit_rate_pct: float | None = None
+    mm_cache_hit_rate_pct: float | None = None
+    used_tokens: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.generation_throughput or self.prompt_throughput)
+
+
+class SpecDecodeWindow(LogWindow):
+    """One spec-decode line.
+
+    ``accepted_tokens``/``drafted_tokens`` are the integers the line prints: per interval for vLLM
+    V1, since engine start for V0 (``cumulative``). SGLang prints only ``accept len`` and ``accept
+    rate``. ``acceptance_rate_pct`` is the printed draft acceptance rate, in percent.
+    """
+
+    mean_acceptance_length: float | None = None
+    accepted_tokens: int | None = None
+    drafted_tokens: int | None = None
+    acceptance_rate_pct: float | None = None
+    accepted_throughput: float | None = None
+    drafted_throughput: float | None = None
+    per_position_acceptance: list[float] = []
+    num_spec_tokens: int | None = None
+    emitted_tokens: int | None = None
+    system_efficiency: float | None = None
+    cumulative: bool = False
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def num_drafts(self) -> int | None:
+        """Verify steps in the window; see ``estimate_num_drafts`` for how and how exactly."""
+        estimate = self.drafts_estimate()
+        return estimate[0] if estimate else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def num_drafts_exact(self) -> bool:
+        estimate = self.drafts_estimate()
+        return bool(estimate and estimate[1])
+
+    def drafts_estimate(self) -> tuple[int, bool] | None:
+        if self.source == "vllm-v0":
+            if self.num_spec_tokens and self.drafted_tokens is not None:
+                return self.drafted_tokens // self.num_spec_tokens, True
+            if self.emitted_tokens is not None and self.accepted_tokens is not None:
+                return self.emitted_tokens - self.accepted_tokens, True
+            return None
+        return estimate_num_drafts(
+            self.accepted_tokens,
+            self.mean_acceptance_length,
+            drafted=self.drafted_tokens,
+            per_position=self.per_position_acceptance,
+        )
+
+
+class ThroughputTotals(BaseModel):
+    """Over all stats lines. Means are over active windows (any tokens/s), summed over engines."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    windows: int
+    active_windows: int
+    engines: int
+    mean_prompt_throughput: float | None
+    mean_generation_throughput: float | None
+    peak_generation_throughput: float | None
+
+
+class SpecDecodeTotals(BaseModel):
+    """Over all spec-decode lines, recomputed from the integer Accepted/Drafted counts.
+
+    ``num_drafts`` is derived from each window's mean acceptance length (drafts = accepted /
+    (MAL − 1), rounded); MAL is printed with two decimals, so in large windows several integers
+    fit and ``num_drafts_exact`` is False. The per-position rates are the windows' rates weighted
+    by their drafts. For V0 logs, whose counts are cumulative, the totals are the last line's.
+    SGLang prints no counts: only a mean of the windows' accept lengths is given.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    windows: int
+    accepted_tokens: int | None
+    drafted_tokens: int | None
+    acceptance_rate_pct: float | None
+    num_drafts: int | None
+    num_drafts_exact: bool
+    mean_acceptance_length: float | None
+    per_position_acceptance: list[float]
+    cumulative: bool = False
+
+
+class LogSummary(BaseModel):
+    """What ``parse-log`` reports."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine_version: str | None
+    throughput_windows: list[ThroughputWindow]
+    spec_decode_windows: list[SpecDecodeWindow]
+    throughput_totals: ThroughputTotals
+    spec_decode_totals: SpecDecodeTotals | None
+
+
+def estimate_num_drafts(
+    accepted: int | None,
+    mean_acceptance_length: float | None,
+    *,
+    drafted: int | None = None,
+    per_position: list[float] | None = None,
+) -> tuple[int, bool] | None:
+    """Drafts in a vLLM V1 window, and whether that integer is certain.
+
+    vLLM prints MAL = 1 + accepted/drafts with two decimals, so drafts = accepted / (MAL − 1)
+    holds only up to rounding: the true MAL lies within ±0.005, which bounds drafts to an
+    interval. The per-position rates (three decimals each; their sum is accepted/drafts) and
+    drafts ≤ drafted narrow it further. One integer left: exact. Several: the rounded quotient,
+    clamped into the interval, flagged inexact. Nothing accepted: drafted / k rounded up, where
+    k is the number of printed positions (inexact: a draft may hold fewer than k tokens).
+    """
+    if accepted is None or mean_acceptance_length is None or math.isnan(mean_acceptance_length):
+        return None
+    if accepted == 0:
+        if drafted == 0:
+            return 0, True
+        if drafted and per_position:
+            # nothing accepted: MAL is 1.00 whatever the drafts; a draft holds at most k tokens
+            # (k = the printed positions), exactly k for fixed-k drafters such as DFlash
+            return math.ceil(drafted / len(per_position)), False
+        return None
+    low, high = 1.0, math.inf
+    # accepted / drafts within [MAL - 1 - 0.005, MAL - 1 + 0.005]
+    ratio_bounds = [(mean_acceptance_length - 1.0, 0.005)]
+    if per_position:
+        ratio_bounds.append((math.fsum(per_position), 0.0005 * len(per_position)))
+    for centre, half_width in ratio_bounds:
+        top, bottom = centre + half_width, centre - half_width
+        if top > 0:
+            low = max(low, accepted / top)
+        if bottom > 0:
+            high = min(high, accepted / bottom)
+    if drafted:
+        high = min(high, float(drafted))
+    lo, hi = math.ceil(low - 1e-9), math.floor(high + 1e-9) if math.isfinite(high) else None
+    guess = round(accepted / (mean_acceptance_length - 1.0)) if mean_acceptance_length > 1 else lo
+    if hi is None or lo > hi:
+        return max(guess, 1), False
+    return min(max(guess, lo), hi), lo == hi
