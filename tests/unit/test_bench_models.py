@@ -16,8 +16,6 @@ from dflashops.bench.models import (
     SCHEMA_VERSION,
     BenchReport,
     RequestRecord,
-    ResolvedConfig,
-    WorkloadInfo,
 )
 from dflashops.bench.stats import aggregate_level, describe, percentile, tpot_ms
 from dflashops.bench.workload import (
@@ -27,6 +25,7 @@ from dflashops.bench.workload import (
 )
 from dflashops.errors import BenchmarkError, ConfigError
 from dflashops.metrics.spec_decode import SpecDecodeDelta
+from tests.support.reports import bench_report
 
 # The aggregate keys `vllm bench serve --save-result` writes that we share (bench-anchors.md §1.2).
 VLLM_KEYS = {
@@ -94,27 +93,16 @@ def make_report() -> BenchReport:
         duration=4.0,
         spec=spec_delta(),
     )
-    return BenchReport(
-        config=ResolvedConfig(
-            container="lab-ct1",
-            engine="vllm",
-            engine_version="0.32.0",
-            model="models/tiny-qwen3",
-            drafter="models/tiny-dflash",
-            method="dflash",
-            num_speculative_tokens=4,
-            server_args={"max_model_len": 512, "enforce_eager": True},
-        ),
-        workload=WorkloadInfo(
-            name="smoke",
-            num_prompts=1,
-            requests_per_level=3,
-            warmup_requests=1,
-            max_tokens=2000,
-            temperature=0.0,
-            ignore_eos=False,
-        ),
-        levels=[level],
+    return bench_report(
+        [level],
+        container="lab-ct1",
+        engine="vllm",
+        engine_version="0.32.0",
+        model="models/tiny-qwen3",
+        drafter="models/tiny-dflash",
+        method="dflash",
+        num_speculative_tokens=4,
+        server_args={"max_model_len": 512, "enforce_eager": True},
     )
 
 

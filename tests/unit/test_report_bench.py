@@ -13,8 +13,6 @@ from dflashops.bench.models import (
     BenchReport,
     LevelResult,
     RequestRecord,
-    ResolvedConfig,
-    WorkloadInfo,
 )
 from dflashops.bench.stats import aggregate_level, tpot_ms
 from dflashops.cli import cli
@@ -27,6 +25,7 @@ from dflashops.report.plots import (
     combined_per_position,
     write_plots,
 )
+from tests.support.reports import bench_report
 
 
 def level(
@@ -60,18 +59,12 @@ def level(
 
 
 def report(method: str, k: int | None, tpot: float, per_pos: list[int] | None) -> BenchReport:
-    return BenchReport(
-        config=ResolvedConfig(method=method, num_speculative_tokens=k, engine="vllm"),
-        workload=WorkloadInfo(
-            name="smoke",
-            num_prompts=1,
-            requests_per_level=4,
-            warmup_requests=1,
-            max_tokens=2000,
-            temperature=0.0,
-            ignore_eos=False,
-        ),
-        levels=[level(1, tpot, per_pos), level(4, tpot * 1.2, per_pos, drafts=200)],
+    return bench_report(
+        [level(1, tpot, per_pos), level(4, tpot * 1.2, per_pos, drafts=200)],
+        workload={"requests_per_level": 4},
+        method=method,
+        num_speculative_tokens=k,
+        engine="vllm",
     )
 
 

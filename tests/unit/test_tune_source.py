@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dflashops.bench.models import BenchReport, LevelResult, ResolvedConfig, WorkloadInfo
+from dflashops.bench.models import LevelResult
 from dflashops.cli import cli
 from dflashops.tune import TuneInputError
 from dflashops.tune.source import load_runs
+from tests.support.reports import bench_report
 
 REFERENCE = [0.80, 0.574, 0.40, 0.236, 0.1, 0.05, 0.02, 0.008, 0.003, 0.001, 0, 0, 0, 0, 0]
 
@@ -43,20 +44,13 @@ def level(k: int, *, concurrency: int = 1, tpot_ms: float | None = None) -> Leve
 
 
 def save_report(path: Path, k: int, *, method: str = "dflash", levels: list[LevelResult]) -> Path:
-    report = BenchReport(
-        config=ResolvedConfig(
-            container="lab-ct1", method=method, num_speculative_tokens=k, model="tiny-qwen3"
-        ),
-        workload=WorkloadInfo(
-            name="smoke",
-            num_prompts=8,
-            requests_per_level=8,
-            warmup_requests=1,
-            max_tokens=256,
-            temperature=0.0,
-            ignore_eos=True,
-        ),
-        levels=levels,
+    report = bench_report(
+        levels,
+        workload={"num_prompts": 8, "requests_per_level": 8, "max_tokens": 256, "ignore_eos": True},
+        container="lab-ct1",
+        method=method,
+        num_speculative_tokens=k,
+        model="tiny-qwen3",
     )
     return report.save(path)
 
