@@ -54,8 +54,8 @@ def network_guard() -> Iterator[None]:
         _check_address(address)
         return original_connect_ex(self, address)
 
-    socket.socket.connect = guarded_connect  # type: ignore[method-assign]
-    socket.socket.connect_ex = guarded_connect_ex  # type: ignore[method-assign]
+    socket.socket.connect = guarded_connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = guarded_connect_ex  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:

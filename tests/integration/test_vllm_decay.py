@@ -7,6 +7,7 @@ exactly these prompts (``acceptance.json``); the server's counters must tell the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.vllm
 
 
 def test_decaying_draft_acceptance_decays_per_position(
-    decay_server: VllmServer, record_property: pytest.RecordProperty
+    decay_server: VllmServer, record_property: Callable[[str, object], None]
 ) -> None:
     drafts_before, before = spec_decode_counts(decay_server.metrics())
     complete_prompts(decay_server, "decay")

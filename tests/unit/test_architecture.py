@@ -145,13 +145,12 @@ def test_only_cli_uses_click_and_nothing_imports_cli() -> None:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
             if any(n == "click" or n.startswith("click.") for n in names):
                 offenders.append(f"{source}:{node.lineno} imports click")
         offenders += [f"{source}:{line} imports cli" for t, line in imports(path) if t == "cli"]
