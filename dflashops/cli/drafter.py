@@ -85,11 +85,10 @@ def check(
     if as_json:
         click.echo(dump_json(report.model_dump(mode="json")))
     else:
-        from rich.console import Console
-
+        from dflashops.cli.console import make_console
         from dflashops.drafter.view import check_view
 
-        Console().print(check_view(report))
+        make_console().print(check_view(report))
     ctx.exit(report.exit_code)
 
 
@@ -114,11 +113,10 @@ def diff(
     if as_json:
         click.echo(dump_json(report.model_dump(mode="json")))
         return
-    from rich.console import Console
-
+    from dflashops.cli.console import make_console
     from dflashops.drafter.view import diff_view
 
-    Console().print(diff_view(report))
+    make_console().print(diff_view(report))
 
 
 @drafter.command("push")
@@ -206,14 +204,15 @@ def refs(*, registry_paths: tuple[Path, ...], as_json: bool) -> None:
     if as_json:
         click.echo(dump_json(rows))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from dflashops.cli.console import make_console
 
     table = Table(title="Reference drafters", show_lines=True)
     for column in ("name", "target", "certain keys", "not certain"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column)  # one key per line; the console keeps each one whole
     for row in rows:
         table.add_row(
             row["name"], row["target"], "\n".join(row["certain"]), "\n".join(row["not_certain"])
         )
-    Console().print(table)
+    make_console().print(table)

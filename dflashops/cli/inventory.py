@@ -32,9 +32,9 @@ def show(app: AppContext, as_json: bool, overrides: tuple[str, ...]) -> None:
     if as_json:
         click.echo(dump_json(inv.redacted()))
         return
-    from rich.console import Console
+    from dflashops.cli.console import make_console
 
-    console = Console()
+    console = make_console()
     for table in inventory_tables(inv):
         console.print(table)
 

@@ -69,8 +69,9 @@ def status(as_json: bool) -> None:
     if not current.running:
         click.echo("lab is not running (start it with `dflashops lab up`)")
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from dflashops.cli.console import make_console
 
     table = Table(title=f"lab (pid {current.pid})")
     table.add_column("endpoint")
@@ -83,7 +84,7 @@ def status(as_json: bool) -> None:
         table.add_row(f"CT {ct['vmid']} {ct['name']}", f"{ct['status']} {ct['address'] or ''}")
     for server in current.servers:
         table.add_row(f"server on {server.get('container')}", str(server.get("url")))
-    Console().print(table)
+    make_console().print(table)
 
 
 @lab.command("demo")
@@ -114,15 +115,16 @@ def demo(as_json: bool) -> None:
     if as_json:
         click.echo(dump_json(report.to_json()))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from dflashops.cli.console import make_console
 
     table = Table(title="dflashops lab demo")
     for column in ("stage", "result", "seconds"):
         table.add_column(column)
     for name, result, seconds in report.stages:
         table.add_row(name, result, f"{seconds:.1f}")
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(f"server: {report.endpoint} (model {report.model!r})")
     console.print(f"first reply: {report.first_reply!r}")

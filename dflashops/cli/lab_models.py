@@ -48,12 +48,13 @@ def models(out: Path | None, force: bool, as_json: bool) -> None:
     if as_json:
         click.echo(dump_json(summary))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from dflashops.cli.console import make_console
 
     table = Table(title="lab models" + (" (built)" if built else " (cached)"), show_header=False)
     for key, value in summary.items():
         if key not in ("runtime", "built"):
             table.add_row(key, str(value))
     table.add_row("vLLM", f"{runtime.vllm_version} in {runtime.venv}")
-    Console().print(table)
+    make_console().print(table)

@@ -34,11 +34,10 @@ def parse_log(file: Path, as_json: bool) -> None:
         document = json.loads(summary.model_dump_json())  # NaN/inf become null, as JSON wants
         click.echo(dump_json({"file": str(file), **document}))
         return
-    from rich.console import Console
-
+    from dflashops.cli.console import make_console
     from dflashops.report.bench_log_view import log_notes, spec_decode_table, throughput_table
 
-    console = Console()
+    console = make_console()
     if summary.engine_version:
         console.print(f"{file}: engine version {summary.engine_version}")
     if summary.throughput_windows:

@@ -9,14 +9,18 @@ from contextlib import contextmanager
 @contextmanager
 def spinner(description: str, *, enabled: bool = True) -> Iterator[Callable[[str], None]]:
     """Yield ``say(message)``, which replaces the spinner's text; silent when not ``enabled``."""
-    from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from dflashops.cli.console import make_console
+
+    console = make_console(stderr=True)
+    # rich's default spinner is braille; "line" spins with ASCII characters
+    frames = "line" if console.options.ascii_only else "dots"
     with Progress(
-        SpinnerColumn(),
+        SpinnerColumn(frames),
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=console,
         transient=True,
         disable=not enabled,
     ) as progress:

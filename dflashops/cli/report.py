@@ -42,8 +42,7 @@ def report(
     if as_json:
         click.echo(dump_json(report_document(items, plots, with_requests)))
         return
-    from rich.console import Console
-
+    from dflashops.cli.console import make_console
     from dflashops.report.bench_view import (
         comparison_rows,
         comparison_table,
@@ -55,7 +54,7 @@ def report(
         spec_table,
     )
 
-    console = Console()
+    console = make_console()
     for item in items:
         console.print(config_table(item))
         console.print(levels_table(item))

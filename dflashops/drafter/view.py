@@ -25,7 +25,8 @@ def check_view(report: DrafterCheckReport) -> Group:
         head.append(f"engine   {report.engine}")
     if report.fingerprint:
         head.append(f"weights  {report.fingerprint}")
-    parts: list[Text | Table] = [Text("\n".join(head))]
+    # one Text a line: a long word (the weights' sha256) then widens only its own line
+    parts: list[Text | Table] = [Text(line) for line in head]
     if report.findings:
         # two columns: the "why" is the point of a finding and wraps at spaces to fit the width;
         # the key, expected and found lines are single words to the console, which never breaks

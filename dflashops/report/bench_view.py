@@ -15,7 +15,6 @@ from rich.table import Table
 
 from dflashops.bench.models import BenchReport, LevelResult
 
-# key, heading, format, True when higher is better
 # key, heading, format, True when higher is better; the JSON carries every key, the table the
 # first TABLE_COLUMNS
 COMPARED: tuple[tuple[str, str, str, bool], ...] = (
@@ -139,7 +138,7 @@ def spec_table(item: LabelledReport) -> Table:
     table = _table(f"{item.label}: speculative decoding (server counters)")
     for heading in ("conc", "tok/chunk", "AL", "acc %", "drafts", "accepted/drafted"):
         table.add_column(heading, justify="right")
-    table.add_column("per-position acceptance", overflow="fold")
+    table.add_column("per-position acceptance")  # wraps between rates, never inside one
     for lv in item.report.levels:
         table.add_row(
             str(lv.max_concurrency),

@@ -8,10 +8,18 @@ from rich.text import Text
 
 from dflashops.tune.model import TuneResult
 
+LEGEND = (
+    "tok/step: tokens per verify step; extrap.: beyond the measurements; "
+    "at floor: step time raised to the roofline's"
+)
+
 
 def result_renderables(result: TuneResult) -> list[RenderableType]:
     """Headline, predictions per k, step-time fit, roofline, warnings and assumptions."""
-    out: list[RenderableType] = [_headline(result), _predictions(result), _fit(result)]
+    # the legend is a line of its own, not the table's caption: a caption wraps at the table's
+    # width, a line only at the console's
+    legend = Text(LEGEND, style="dim")
+    out: list[RenderableType] = [_headline(result), _predictions(result), legend, _fit(result)]
     if result.roofline is not None:
         roof = result.roofline
         line = (
@@ -49,11 +57,7 @@ def _headline(result: TuneResult) -> Text:
 def _predictions(result: TuneResult) -> Table:
     has_measured = any(row.measured_tok_s is not None for row in result.predictions)
     has_ceiling = any(row.ceiling_tok_s is not None for row in result.predictions)
-    table = Table(
-        title="Predicted single-stream tok/s per k",
-        caption="tok/step: tokens per verify step; extrap.: beyond the measurements; "
-        "at floor: step time raised to the roofline's",
-    )
+    table = Table(title="Predicted single-stream tok/s per k")
     for name in ("k", "tok/step", "drafted", "step ms", "tok/s", "vs best"):
         table.add_column(name, justify="right")
     if has_measured:
