@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult
-    from dflashops.proxmox.plan import Row
     from dflashops.proxmox.report import ContainerReport, ProvisionReport
+    from dflashops.proxmox.rows import Row
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -47,31 +47,39 @@ def provision(
     GPU passthrough (devN by API or `pct set` over SSH, or raw lxc lines),
     start, wait for the address and SSH, and the steps inside the container
     (NVIDIA userspace driver, /dev/shm). Containers without the dflashops
-    tag, or whose name differs, are refused and never touched.
+    tag, or whose name differs, are refused and never touched. The plan
+    shown is the plan applied; it is made again only if PVE changed meanwhile.
     """
-    from dflashops.proxmox.apply import ProvisionError
-    from dflashops.proxmox.apply import provision as run_provision
+    from dflashops.proxmox.apply import ProvisionRequest, apply_provision, plan_provision
+    from dflashops.proxmox.errors import ProvisionError
 
-    inv = app.inventory()
-    out = _console(err=as_json)
+    request = ProvisionRequest(app.inventory(), names)
     with spinner("planning", enabled=not as_json) as say:
-        plan = run_provision(inv, names, dry_run=True, progress=say)
+        plan = plan_provision(request, progress=say)
+    shown = plan.report()
     if dry_run:
-        _finish(plan, as_json, out)
+        _finish(shown, as_json, _console(err=as_json))
         return
-    if not yes and any(c.has_changes for c in plan.containers if c.ok):
-        _render_report(plan, out)
-        if not sys.stdin.isatty():
-            raise ProvisionError("changes need confirmation", hint="pass --yes")
-        if not click.confirm("Apply these changes?", err=True):
+    if not yes and shown.needs_confirmation:
+        _render_report(shown, _console(err=as_json))
+        if not _ask("Apply these changes?", unattended="changes need confirmation"):
             raise ProvisionError("nothing changed: not confirmed")
     with spinner("provisioning", enabled=not as_json) as say:
-        report = run_provision(inv, names, progress=say)
+        report = apply_provision(plan, progress=say)
     _finish(report, as_json, _console())
 
 
+def _ask(question: str, *, unattended: str) -> bool:
+    """Ask on a terminal; without one, fail with ``unattended`` (``--yes`` is the way)."""
+    from dflashops.proxmox.errors import ProvisionError
+
+    if not sys.stdin.isatty():
+        raise ProvisionError(unattended, hint="pass --yes")
+    return click.confirm(question, err=True)
+
+
 def _finish(report: ProvisionReport, as_json: bool, out: Console) -> None:
-    from dflashops.proxmox.apply import ProvisionError
+    from dflashops.proxmox.errors import ProvisionError
 
     if as_json:
         click.echo(dump_json(report.model_dump(mode="json")))
@@ -82,9 +90,9 @@ def _finish(report: ProvisionReport, as_json: bool, out: Console) -> None:
 
 
 def _console(*, err: bool = False) -> Console:
-    from rich.console import Console
+    from dflashops.cli.console import make_console
 
-    return Console(stderr=err)
+    return make_console(stderr=err)
 
 
 def _rows_table(title: str, rows: list[Row]) -> object:
@@ -112,6 +120,8 @@ def _render_report(report: ProvisionReport, out: Console) -> None:
 
 
 def _render_container(entry: ContainerReport, out: Console) -> None:
+    from dflashops.proxmox.guest import SKIPPED_LABEL
+
     vmid = entry.vmid if entry.vmid is not None else "auto"
     head = f"{entry.name}: {entry.action or 'error'} (vmid {vmid}, node {entry.node}"
     head += f", passthrough {entry.passthrough})" if entry.passthrough != "none" else ")"
@@ -124,7 +134,7 @@ def _render_container(entry: ContainerReport, out: Console) -> None:
     for label, lines in (
         ("step", entry.steps),
         ("step inside", entry.guest_steps),
-        ("planned only", entry.guest_plan_only),
+        (SKIPPED_LABEL, entry.guest_plan_only),
         ("done", entry.applied),
         ("issue", entry.issues),
         ("host fix", entry.host_fixes),
@@ -144,18 +154,14 @@ def _render_container(entry: ContainerReport, out: Console) -> None:
 @pass_app
 def destroy(app: AppContext, names: tuple[str, ...], yes: bool) -> None:
     """Stop and delete managed containers (purge=1). Others are refused, never touched."""
-    from dflashops.proxmox.apply import ProvisionError
+    from dflashops.proxmox.errors import ProvisionError
     from dflashops.proxmox.lifecycle import destroy as run_destroy
 
     inv = app.inventory()
 
     def confirm(targets: list[DestroyResult]) -> bool:
         _render_destroy(targets)
-        if yes:
-            return True
-        if not sys.stdin.isatty():
-            raise ProvisionError("destroy needs confirmation", hint="pass --yes")
-        return click.confirm("Destroy these containers?", err=True)
+        return yes or _ask("Destroy these containers?", unattended="destroy needs confirmation")
 
     results = run_destroy(inv, names, confirm=confirm, progress=None)
     _render_destroy(results)

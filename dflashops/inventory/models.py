@@ -28,6 +28,7 @@ NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
 MANAGED_TAG = "dflashops"
 Passthrough = Literal["auto", "devN", "raw"]
+NvidiaDriver = Literal["install", "expect-present", "skip"]
 
 
 class Strict(BaseModel):
@@ -176,6 +177,7 @@ class ContainerVars(Strict):
     shm_gb: int | None = Field(None, ge=1)
     ssh: SshAccess | None = None
     passthrough: Passthrough | None = None
+    nvidia_driver: NvidiaDriver | None = None
 
 
 class ContainerEntry(ContainerVars):
@@ -211,6 +213,15 @@ class Container(Strict):
         "auto",
         description="how GPUs reach the container: devN entries (PVE >= 8.1), raw lxc lines, "
         "or auto (devN when the node supports it)",
+    )
+    nvidia_driver: NvidiaDriver = Field(
+        "install",
+        description="the NVIDIA userspace driver inside a container with GPUs: install (make it "
+        "the node's exact version with the .run installer, --no-kernel-module, then check "
+        "nvidia-smi sees every GPU), expect-present (never install; check the container already "
+        "has the node's version and sees every GPU, and fail if not), or skip (neither install "
+        "nor check; the plan still shows the steps, marked not applied: for nodes whose GPU "
+        "device nodes have no driver behind them, like the lab's)",
     )
 
     @field_validator("vmid")

@@ -268,6 +268,9 @@ def write_inventory(paths: LabPaths, net: LabNetwork) -> Path:
             "swap_mb": 0,
             "shm_gb": 1,
             "unprivileged": True,
+            # the node's GPUs are device nodes with no driver behind them and nothing to
+            # download a driver from: plan the in-container driver steps, apply none
+            "nvidia_driver": "skip",
             "ssh": ssh,
         },
         "containers": containers,
@@ -275,6 +278,7 @@ def write_inventory(paths: LabPaths, net: LabNetwork) -> Path:
     header = (
         "# Written by `dflashops lab up`: the lab's PVE double, node host and containers.\n"
         f"# Use it with: dflashops -i {paths.inventory} <command>\n"
+        "# nvidia_driver is skip: the lab's GPUs are device nodes with no driver behind them.\n"
     )
     paths.inventory.write_text(header + yaml.safe_dump(doc, sort_keys=False))
     return paths.inventory

@@ -4,9 +4,8 @@ Two kinds, both a private ``sshd`` kept as a :class:`subprocess.Popen` child of 
 
 * **netns hosts** (root only): a network namespace joined to a bridge by a veth pair, with its
   own address, its own hostname (UTS namespace) and private directories (mount namespace: tmpfs,
-  copy-on-write overlays or bind mounts over chosen paths), sshd listening on port 22. Faults can
-  be injected: :func:`kill_host` (crash), :func:`cut_link` / :func:`restore_link` (partition),
-  :func:`limit_rate` (slow link, ``tc tbf``; this kernel has no netem).
+  copy-on-write overlays or bind mounts over chosen paths), sshd listening on port 22. The veth
+  (``SshHost.veth``) and the namespace are named, so a test can break the link from outside.
 * **loopback hosts** (any user): sshd on ``127.0.0.1`` and a free port, sharing this machine's
   filesystem; the login user is the caller.
 
@@ -18,7 +17,7 @@ Typical use (a pytest fixture, or the lab's PVE double creating a container)::
     with HostNetwork("dfotest0", "10.200.1.0/24", workdir) as net:
         h1 = net.start_host("dfotest-h1", mounts=[Mount.tmpfs("/srv")])
         h1.access()                      # SshAccess(host="10.200.1.10", ...)
-        cut_link(h1); restore_link(h1)   # partition and heal
+        h1 = net.restart_host(h1)        # like a reboot
         net.stop_host(h1)
 
 A container-like host for the lab: ``mounts=[Mount.overlay("/etc", upper=state / "etc"),
@@ -266,7 +265,7 @@ def restart_host(host: SshHost, *, ready_timeout: float = READY_TIMEOUT_S) -> Ss
     The address, keys and known_hosts stay. For a netns host the mount namespace is new: tmpfs
     mounts come back empty, bind mounts and overlays with an upper directory keep their files.
     """
-    kill_host(host)
+    kill_processes(host)
     if host.netns is None:
         return _spawn_loopback_sshd(host, ready_timeout)
     return _spawn_netns_sshd(host, ready_timeout)
@@ -293,7 +292,7 @@ def remove_netns_hosts(prefix: str) -> list[str]:
     """
     if not prefix:
         raise LabError("give a name prefix: removing every namespace is never wanted")
-    listing = _run(["ip", "netns", "list"], check=False).stdout.decode()
+    listing = run_command(["ip", "netns", "list"], check=False).stdout.decode()
     names = [line.split()[0] for line in listing.splitlines() if line.strip()]
     removed = [name for name in names if name.startswith(prefix) and HOST_NAME_RE.match(name)]
     for name in removed:
@@ -324,7 +323,7 @@ def _spawn_netns_sshd(host: SshHost, ready_timeout: float) -> SshHost:
         "-ec",
         "\n".join(setup),
     ]
-    _flush_neighbours(host)
+    flush_neighbours(host)
     # ip netns exec and unshare (without --fork) exec in place, so the child's pid is sshd's.
     process = _popen_logged(argv, host.log_file)
     started = replace(host, pid=process.pid, process=process)
@@ -368,8 +367,8 @@ def start_loopback_host(
 ) -> SshHost:
     """Start sshd on 127.0.0.1 and a free port; log in as the calling user (root not needed).
 
-    Files go to ``workdir/NAME``. The host shares this machine's filesystem; the fault helpers
-    other than :func:`kill_host` need a netns host.
+    Files go to ``workdir/NAME``. The host shares this machine's filesystem and network (no
+    link of its own to cut or slow).
     """
     _check_host_name(name)
     hostdir = (workdir / name).resolve()
@@ -410,12 +409,12 @@ def _spawn_loopback_sshd(host: SshHost, ready_timeout: float) -> SshHost:
     return started
 
 
-# --------------------------------------------------------------------------- lifecycle and faults
+# --------------------------------------------------------------------------- lifecycle
 
 
 def stop_host(host: SshHost) -> None:
     """Stop ``host`` and remove its namespace and veth (idempotent). Keeps ``host.workdir``."""
-    kill_host(host)
+    kill_processes(host)
     if host.netns is not None:
         remove_netns_host(host.netns)
 
@@ -429,10 +428,11 @@ def host_alive(host: SshHost) -> bool:
     return Path(f"/proc/{host.pid}").exists()
 
 
-def kill_host(host: SshHost) -> None:
-    """Crash ``host``: SIGKILL sshd and every process started on it (idempotent).
+def kill_processes(host: SshHost) -> None:
+    """SIGKILL sshd and every process started on ``host`` (idempotent).
 
-    A netns host keeps its namespace and link, so new connections are refused at once.
+    A netns host keeps its namespace and link, so new connections are refused at once; what
+    follows decides whether it stops (:func:`stop_host`) or comes back (:func:`restart_host`).
     """
     if host.netns is not None:
         if _netns_exists(host.netns):
@@ -443,42 +443,6 @@ def kill_host(host: SshHost) -> None:
     if host.process is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             host.process.wait(timeout=CMD_TIMEOUT_S)
-
-
-def cut_link(host: SshHost) -> None:
-    """Partition ``host``: its veth goes down. New connections time out; open ones hang."""
-    _ip("link", "set", _veth(host), "down")
-
-
-def restore_link(host: SshHost) -> None:
-    """Heal a :func:`cut_link` partition (at once: failed neighbour entries are dropped)."""
-    _ip("link", "set", _veth(host), "up")
-    _flush_neighbours(host)
-
-
-def limit_rate(
-    host: SshHost,
-    rate: str = "2mbit",
-    *,
-    burst: str = "32kbit",
-    latency: str = "400ms",
-    direction: Literal["to_host", "from_host", "both"] = "to_host",
-) -> None:
-    """Slow ``host``'s link with a token bucket (``tc tbf``): ``to_host`` shapes uploads."""
-    tbf = ["root", "tbf", "rate", rate, "burst", burst, "latency", latency]
-    if direction in ("to_host", "both"):
-        _run(["tc", "qdisc", "replace", "dev", _veth(host), *tbf])
-    if direction in ("from_host", "both"):
-        _run(["ip", "netns", "exec", _netns(host), "tc", "qdisc", "replace", "dev", "eth0", *tbf])
-
-
-def clear_rate_limit(host: SshHost) -> None:
-    """Remove :func:`limit_rate` shaping in both directions (idempotent)."""
-    _run(["tc", "qdisc", "del", "dev", _veth(host), "root"], check=False)
-    _run(
-        ["ip", "netns", "exec", _netns(host), "tc", "qdisc", "del", "dev", "eth0", "root"],
-        check=False,
-    )
 
 
 def host_exec(
@@ -497,7 +461,27 @@ def host_exec(
     prefix: list[str] = []
     if host.netns is not None:
         prefix = ["nsenter", "-t", str(host.pid), "-m", "-u", "-n", "--"]
-    return _run([*prefix, *argv], input=input, timeout=timeout, check=check)
+    return run_command([*prefix, *argv], input=input, timeout=timeout, check=check)
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    input: bytes | None = None,
+    timeout: float = CMD_TIMEOUT_S,
+    check: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` here, bounded by ``timeout``; with ``check``, a failure is a LabError."""
+    try:
+        done = subprocess.run(
+            list(argv), input=input, capture_output=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise LabError(f"`{shlex.join(argv)}` did not finish within {timeout:.0f} s") from None
+    if check and done.returncode != 0:
+        detail = tail_lines(done.stderr.decode(errors="replace"), 3)
+        raise LabError(f"`{shlex.join(argv)}` exited {done.returncode}: {detail}")
+    return done
 
 
 # --------------------------------------------------------------------------- a network of hosts
@@ -656,7 +640,7 @@ def _write_sshd_config(hostdir: Path, *, address: str, port: int) -> None:
 
 
 def _keygen(path: Path, *, comment: str) -> None:
-    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    run_command(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
 
 
 def _popen_logged(argv: list[str], log_file: Path) -> subprocess.Popen[bytes]:
@@ -682,7 +666,7 @@ def _wait_ready(host: SshHost, timeout: float) -> None:
         except OSError:
             pass
         if time.monotonic() > deadline:
-            kill_host(host)
+            kill_processes(host)
             raise LabError(
                 f"sshd for {host.name} not answering on {host.address}:{host.port} after "
                 f"{timeout:.0f} s: {_log_tail(host)}"
@@ -704,7 +688,7 @@ def _free_port() -> int:
         return port
 
 
-def _flush_neighbours(host: SshHost) -> None:
+def flush_neighbours(host: SshHost) -> None:
     """Forget ARP entries for the host's address on both sides of its link.
 
     An address probed while its link was down (or held by an earlier host with another MAC)
@@ -737,7 +721,7 @@ def _kill_netns_pids(name: str, timeout: float = 5.0) -> None:
 
 
 def _netns_pids(name: str) -> list[int]:
-    out = _run(["ip", "netns", "pids", name], check=False).stdout.decode()
+    out = run_command(["ip", "netns", "pids", name], check=False).stdout.decode()
     return [int(token) for token in out.split() if token.isdigit()]
 
 
@@ -762,18 +746,6 @@ def _kill(pid: int) -> None:
     if pid > 0:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _veth(host: SshHost) -> str:
-    if host.veth is None:
-        raise LabError(f"{host.name} is a loopback host: link faults need a netns host")
-    return host.veth
-
-
-def _netns(host: SshHost) -> str:
-    if host.netns is None:
-        raise LabError(f"{host.name} is a loopback host: link faults need a netns host")
-    return host.netns
 
 
 def _require_sshd() -> str:
@@ -801,23 +773,4 @@ def _check_mounts(mounts: Iterable[Mount], hostdir: Path) -> None:
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    return _run(["ip", *args], check=check)
-
-
-def _run(
-    argv: Sequence[str],
-    *,
-    input: bytes | None = None,
-    timeout: float = CMD_TIMEOUT_S,
-    check: bool = True,
-) -> subprocess.CompletedProcess[bytes]:
-    try:
-        done = subprocess.run(
-            list(argv), input=input, capture_output=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise LabError(f"`{shlex.join(argv)}` did not finish within {timeout:.0f} s") from None
-    if check and done.returncode != 0:
-        detail = tail_lines(done.stderr.decode(errors="replace"), 3)
-        raise LabError(f"`{shlex.join(argv)}` exited {done.returncode}: {detail}")
-    return done
+    return run_command(["ip", *args], check=check)

@@ -274,13 +274,9 @@ class SiteFacts:
     storages: tuple[StorageInfo, ...] = ()
     templates: frozenset[str] = frozenset()  # volids present, e.g. local:vztmpl/x.tar.zst
     appliances: frozenset[str] = frozenset()  # template file names in the appliance index
-    is_lab: bool = False  # the lab's PVE double answers /version with repoid "dflashopslab"
 
     def storage(self, name: str) -> StorageInfo | None:
         return next((s for s in self.storages if s.name == name), None)
-
-
-LAB_REPOID = "dflashopslab"
 
 
 def probe_site(client: PveClient, node: str, template_storages: set[str]) -> SiteFacts:
@@ -309,7 +305,6 @@ def probe_site(client: PveClient, node: str, template_storages: set[str]) -> Sit
         storages=storages,
         templates=frozenset(templates),
         appliances=appliances,
-        is_lab=info.get("repoid") == LAB_REPOID,
     )
 
 

@@ -6,8 +6,11 @@
 - ``/dev/shm`` large enough for NCCL (``shm_gb``): remounted and made persistent in /etc/fstab;
 - model directories reachable (bind mount present) and free disk space (reported only).
 
-On the lab's PVE double the GPUs are fake (no kernel driver behind the device nodes, and
-nothing to download from), so the GPU steps are planned but not applied there.
+The container's ``nvidia_driver`` setting decides the two GPU steps: ``install`` (the default)
+installs a missing or different driver and checks it; ``expect-present`` only checks, so a
+container without the node's driver fails the check instead of getting one; ``skip`` plans both
+steps but applies neither (:attr:`GuestPlan.plan_only`), for nodes whose GPU device nodes have
+no driver behind them and nothing to download from.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ from dflashops.proxmox.facts import (
     split_probe_output,
 )
 from dflashops.proxmox.passthrough import gpu_indices
-from dflashops.proxmox.plan import Row, row_lines
+from dflashops.proxmox.rows import Row, row_lines
 from dflashops.remote import SshConnection, get_text, put_atomic
 
 GIB = 1 << 30
 DRIVER_URL = "https://us.download.nvidia.com/XFree86/Linux-x86_64/{v}/NVIDIA-Linux-x86_64-{v}.run"
 DRIVER_DEADLINE_S = 1800.0
 _FSTAB_SHM = re.compile(r"^\s*[^#\s]+\s+/dev/shm\s")
-LAB_NOTE = "plan only on the lab (fake GPUs)"
+SKIPPED_NOTE = "not applied: nvidia_driver is skip"
+SKIPPED_LABEL = "not applied (nvidia_driver: skip)"
+PASSTHROUGH_HINT = "check the passthrough entries and that the host's /dev/nvidia* exist"
 
 
 class GuestError(RemoteError):
@@ -133,6 +138,7 @@ class InstallDriver:
 class CheckGpus:
     expected: int
     driver_version: str
+    hint: str = PASSTHROUGH_HINT  # what to do when the check fails
 
     def describe(self) -> str:
         return f"check nvidia-smi sees {self.expected} GPU(s) with driver {self.driver_version}"
@@ -154,7 +160,7 @@ GuestStep = InstallDriver | CheckGpus | ResizeShm
 class GuestPlan:
     rows: list[Row] = field(default_factory=list)
     steps: list[GuestStep] = field(default_factory=list)
-    plan_only: list[GuestStep] = field(default_factory=list)  # shown, not applied (lab)
+    plan_only: list[GuestStep] = field(default_factory=list)  # shown, not applied (skip)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -162,12 +168,10 @@ def shm_fstab_line(size_gb: int) -> str:
     return f"tmpfs /dev/shm tmpfs rw,nosuid,nodev,size={size_gb}G 0 0"
 
 
-def plan_guest(
-    ct: Container, host: HostFacts | None, facts: GuestFacts, *, lab: bool = False
-) -> GuestPlan:
+def plan_guest(ct: Container, host: HostFacts | None, facts: GuestFacts) -> GuestPlan:
     plan = GuestPlan()
     if ct.gpus:
-        _plan_gpus(ct, host, facts, plan, lab=lab)
+        _plan_gpus(ct, host, facts, plan)
     else:
         plan.rows.append(
             Row(field="nvidia driver", wanted="-", status="unchanged", note="no GPUs: skipped")
@@ -177,35 +181,27 @@ def plan_guest(
     return plan
 
 
-def _plan_gpus(
-    ct: Container, host: HostFacts | None, facts: GuestFacts, plan: GuestPlan, *, lab: bool
-) -> None:
+def _plan_gpus(ct: Container, host: HostFacts | None, facts: GuestFacts, plan: GuestPlan) -> None:
     wanted = host.driver_version if host is not None else None
     if wanted is None:
         plan.warnings.append("the node's driver version is unknown: driver step skipped")
         return
-    target = plan.plan_only if lab else plan.steps
-    note = LAB_NOTE if lab else ""
-    actual = facts.driver_version or (facts.nvidia_error or "absent")
+    skip = ct.nvidia_driver == "skip"
+    target = plan.plan_only if skip else plan.steps
+    note = SKIPPED_NOTE if skip else ""
+    hint = PASSTHROUGH_HINT
     if facts.driver_version == wanted:
         plan.rows.append(
-            Row(field="nvidia driver", wanted=wanted, actual=actual, status="unchanged")
+            Row(field="nvidia driver", wanted=wanted, actual=wanted, status="unchanged")
+        )
+    elif ct.nvidia_driver == "expect-present":
+        plan.rows.append(_expected_driver_row(wanted, facts))
+        hint = (
+            f"install NVIDIA userspace driver {wanted} in the container "
+            "(or set nvidia_driver: install)"
         )
     else:
-        status = "change" if facts.driver_version else "create"
-        driver_note = note or "userspace only: --no-kernel-module"
-        if facts.driver_version and facts.nvidia_error and not lab:
-            driver_note = f"nvidia-smi: {facts.nvidia_error}"
-        plan.rows.append(
-            Row(
-                field="nvidia driver",
-                wanted=wanted,
-                actual=actual,
-                status=status,
-                via="ssh",
-                note=driver_note,
-            )
-        )
+        plan.rows.append(_driver_row(wanted, facts, note))
         target.append(InstallDriver(wanted, facts.driver_version))
     expected = len(gpu_indices(ct, host)) if host is not None else 0
     seen = "?" if facts.visible_gpus is None else str(facts.visible_gpus)
@@ -221,7 +217,34 @@ def _plan_gpus(
         )
     )
     if not ok:
-        target.append(CheckGpus(expected, wanted))
+        target.append(CheckGpus(expected, wanted, hint))
+
+
+def _driver_row(wanted: str, facts: GuestFacts, note: str) -> Row:
+    """The driver row when dflashops installs it (or would, but ``skip`` says not to)."""
+    if not note:
+        note = "userspace only: --no-kernel-module"
+        if facts.driver_version and facts.nvidia_error:
+            note = f"nvidia-smi: {facts.nvidia_error}"
+    return Row(
+        field="nvidia driver",
+        wanted=wanted,
+        actual=facts.driver_version or (facts.nvidia_error or "absent"),
+        status="change" if facts.driver_version else "create",
+        via="ssh",
+        note=note,
+    )
+
+
+def _expected_driver_row(wanted: str, facts: GuestFacts) -> Row:
+    """The driver row under ``expect-present`` when the container lacks the node's version."""
+    return Row(
+        field="nvidia driver",
+        wanted=wanted,
+        actual=facts.driver_version or (facts.nvidia_error or "absent"),
+        status="differs" if facts.driver_version else "absent",
+        note="nvidia_driver is expect-present: not installed, so the GPU check fails",
+    )
 
 
 def _plan_shm(ct: Container, facts: GuestFacts, plan: GuestPlan) -> None:
@@ -290,10 +313,10 @@ def _plan_models(ct: Container, facts: GuestFacts, plan: GuestPlan) -> None:
 
 
 def guest_lines(plan: GuestPlan) -> list[str]:
-    """The guest plan as text (see :func:`dflashops.proxmox.plan.plan_lines`)."""
+    """The guest plan as text (see :func:`dflashops.proxmox.containerplan.plan_lines`)."""
     lines = ["inside the container:", *row_lines(plan.rows)]
     lines += [f"  step: {step.describe()}" for step in plan.steps]
-    lines += [f"  planned only: {step.describe()}" for step in plan.plan_only]
+    lines += [f"  {SKIPPED_LABEL}: {step.describe()}" for step in plan.plan_only]
     lines += [f"  warning: {warning}" for warning in plan.warnings]
     return lines
 
@@ -344,7 +367,7 @@ def _check_gpus(conn: SshConnection, step: CheckGpus) -> None:
             f"expected {step.expected} with {step.driver_version}"
             + (f" ({(out.stderr or out.stdout).strip()[:200]})" if out.exit_code else ""),
             host=conn.name,
-            hint="check the passthrough entries and that the host's /dev/nvidia* exist",
+            hint=step.hint,
         )
 
 

@@ -1,6 +1,6 @@
 """``status`` and ``destroy`` for managed containers.
 
-Both find a container the way ``provision`` does (:func:`dflashops.proxmox.plan.locate`): by
+Both find a container the way ``provision`` does (:func:`dflashops.proxmox.identity.locate`): by
 name, with the ``dflashops`` tag, at the inventory's vmid when it names one. ``destroy`` never
 touches anything else.
 
@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict
 from dflashops.errors import DflashopsError, ProxmoxError
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import MANAGED_TAG, Container
-from dflashops.proxmox.apply import ProvisionError
 from dflashops.proxmox.client import PveClient, is_not_found
+from dflashops.proxmox.errors import ProvisionError
 from dflashops.proxmox.facts import list_resources, split_tags
-from dflashops.proxmox.plan import locate, pve_supports_interfaces
+from dflashops.proxmox.identity import locate
+from dflashops.proxmox.pveconfig import pve_supports_interfaces
 
 Progress = Callable[[str], None]
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from dflashops.inventory.models import Container
 from dflashops.proxmox.facts import NVIDIA_MAJOR, UVM_FIX, UVM_NODES, HostFacts
+from dflashops.proxmox.rows import Row
 
 Method = Literal["none", "devN-api", "devN-pct", "raw"]
 DEV_MODE = "0666"
@@ -48,6 +49,14 @@ class PassthroughPlan:
     @property
     def via(self) -> str:
         return {"devN-api": "api", "devN-pct": "pct set", "raw": "ssh conf"}.get(self.method, "")
+
+
+def refused_device_rows(pt: PassthroughPlan) -> list[Row]:
+    """One plan row per wanted device node the host lacks."""
+    return [
+        Row(field="device", wanted=path, status="refused", note="missing on the node")
+        for path in pt.refused
+    ]
 
 
 def gpu_indices(ct: Container, host: HostFacts) -> list[int]:

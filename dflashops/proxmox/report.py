@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from dflashops.proxmox.plan import Action, Row
+from dflashops.proxmox.containerplan import Action
+from dflashops.proxmox.rows import Row
+
+if TYPE_CHECKING:
+    from dflashops.proxmox.containerplan import ContainerPlan
+    from dflashops.proxmox.guest import GuestPlan
 
 
 class ContainerReport(BaseModel):
@@ -22,7 +28,7 @@ class ContainerReport(BaseModel):
     steps: list[str] = []
     guest_rows: list[Row] = []
     guest_steps: list[str] = []
-    guest_plan_only: list[str] = []  # planned but not applied (the lab's fake GPUs)
+    guest_plan_only: list[str] = []  # planned but not applied (nvidia_driver: skip)
     applied: list[str] = []
     address: str | None = None
     issues: list[str] = []
@@ -37,6 +43,25 @@ class ContainerReport(BaseModel):
     @property
     def has_changes(self) -> bool:
         return bool(self.steps or self.guest_steps)
+
+    def show_plan(self, plan: ContainerPlan) -> None:
+        """Take the container plan's rows, steps and findings (replacing earlier ones)."""
+        self.vmid = plan.vmid
+        self.node = plan.node
+        self.action = plan.action
+        self.passthrough = plan.passthrough
+        self.rows = list(plan.rows)
+        self.steps = [step.describe() for step in plan.steps]
+        self.issues = list(plan.issues)
+        self.host_fixes = list(plan.host_fixes)
+        self.warnings = list(plan.warnings)
+
+    def show_guest(self, guest: GuestPlan) -> None:
+        """Take the guest plan's rows, steps and warnings (replacing earlier guest rows)."""
+        self.guest_rows = list(guest.rows)
+        self.guest_steps = [step.describe() for step in guest.steps]
+        self.guest_plan_only = [step.describe() for step in guest.plan_only]
+        self.warnings += [w for w in guest.warnings if w not in self.warnings]
 
 
 class ProvisionReport(BaseModel):
@@ -53,6 +78,11 @@ class ProvisionReport(BaseModel):
     def failures(self) -> list[str]:
         """One line per failed or refused container."""
         return [c.error or "; ".join(c.issues) for c in self.containers if not c.ok]
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Whether applying would change something on a container that may be provisioned."""
+        return any(c.has_changes for c in self.containers if c.ok)
 
     def container(self, name: str) -> ContainerReport:
         return next(c for c in self.containers if c.name == name)

@@ -21,8 +21,10 @@ from dflashops.drafter.push import push_drafter_config
 from dflashops.drafter.registry import load_registry
 from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory, load_inventory
-from dflashops.lab.hosts import Mount, SshHost, kill_host
+from dflashops.lab.hosts import Mount, SshHost
 from dflashops.playbook.models import Playbook
+from tests.support.faults import kill_host
+from tests.support.ssh_hosts import HostFactory
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 
@@ -133,8 +135,7 @@ def _get(data: object, dotted: str) -> object:
 
 
 def test_push_interrupted_by_a_killed_host_never_leaves_a_partial_file(
-    netns_host_factory,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    netns_host_factory: HostFactory, tmp_path: Path
 ) -> None:
     srv = tmp_path / "srv"
     srv.mkdir()

@@ -154,7 +154,9 @@ class TestCurrentPve:
                 "nvidia-modeset",
             )
         )
-        # the GPU steps inside are planned, not applied, on the lab's fake GPUs
+        # the lab inventory's nvidia_driver: skip (its GPUs have no driver behind them): the GPU
+        # steps inside are planned and shown, not applied
+        assert lab.base["defaults"]["nvidia_driver"] == "skip"
         assert any("580.95.05" in step for step in entry.guest_plan_only)
 
         digest = config["digest"]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dflashops.inventory.models import Container
+from dflashops.proxmox.containerplan import EditConf, PlanInputs
 from dflashops.proxmox.facts import (
     HOST_PROBES,
     HostFacts,
@@ -29,7 +30,7 @@ from dflashops.proxmox.facts import (
     probe_script,
     split_probe_output,
 )
-from dflashops.proxmox.plan import EditConf, PlanInputs, plan_container
+from dflashops.proxmox.plan import plan_container
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 

@@ -9,20 +9,13 @@ from pathlib import Path
 import pytest
 
 from dflashops.errors import RemoteCommandError, RemoteError
-from dflashops.lab.hosts import (
-    HostNetwork,
-    Mount,
-    SshHost,
-    cut_link,
-    kill_host,
-    known_hosts_name,
-    restore_link,
-)
+from dflashops.lab.hosts import HostNetwork, Mount, SshHost, known_hosts_name
 from dflashops.remote import (
     HostKeyError,
     RemoteConnectError,
     RemoteDeadlineError,
 )
+from tests.support.faults import cut_link, kill_host, restore_link
 from tests.support.ssh_hosts import HostFactory, connect_to
 
 pytestmark = pytest.mark.timeout(120)

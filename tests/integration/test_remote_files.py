@@ -13,17 +13,7 @@ from pathlib import Path
 import pytest
 
 from dflashops.errors import RemoteError
-from dflashops.lab.hosts import (
-    HostNetwork,
-    Mount,
-    SshHost,
-    clear_rate_limit,
-    cut_link,
-    host_exec,
-    kill_host,
-    limit_rate,
-    restore_link,
-)
+from dflashops.lab.hosts import HostNetwork, Mount, SshHost, host_exec
 from dflashops.remote import (
     BACKUPS_KEPT,
     FileUpload,
@@ -35,6 +25,7 @@ from dflashops.remote import (
     put_files,
     sha256_remote,
 )
+from tests.support.faults import clear_rate_limit, cut_link, kill_host, limit_rate, restore_link
 from tests.support.ssh_hosts import HostFactory, connect_to
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(150)]

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from dflashops.errors import RemoteCommandError
-from dflashops.lab.hosts import SshHost, cut_link, kill_host, restore_link
+from dflashops.lab.hosts import SshHost
 from dflashops.remote import (
     GroupError,
     RemoteConnectError,
@@ -17,6 +17,7 @@ from dflashops.remote import (
     put_atomic,
     run_group,
 )
+from tests.support.faults import cut_link, kill_host, restore_link
 from tests.support.ssh_hosts import HostFactory, connect_to
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]

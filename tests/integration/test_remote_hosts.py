@@ -12,13 +12,12 @@ from dflashops.lab.hosts import (
     HostNetwork,
     Mount,
     SshHost,
-    clear_rate_limit,
     host_exec,
-    limit_rate,
     remove_netns_hosts,
     start_netns_host,
 )
 from dflashops.remote import put_atomic
+from tests.support.faults import clear_rate_limit, limit_rate
 from tests.support.ssh_hosts import HOST_PREFIX, HostFactory, connect_to
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]

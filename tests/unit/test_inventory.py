@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -57,6 +58,7 @@ def test_example_inventory_validates() -> None:
     assert ct.gpus == [0, 1]
     assert ct.network.address == "10.1.230.172"
     assert ct.cores == 16  # from the group
+    assert ct.nvidia_driver == "install"
     assert inv.pve_node_name(ct) == "pve"
     assert inv.node_of(ct).ssh.host == "10.1.2.5"
 
@@ -118,6 +120,20 @@ def test_errors_name_file_line_key(tmp_path: Path, edit, expected: str) -> None:
     assert line.startswith(str(path))
     assert re.search(expected, line), line
     assert "hunter2" not in line
+
+
+def test_nvidia_driver_defaults_to_install_and_merges_like_any_key(tmp_path: Path) -> None:
+    assert load_inventory(write(tmp_path, BASE)).container("ct2").nvidia_driver == "install"
+    text = BASE.replace("  memory_mb: 1024\n", "  memory_mb: 1024\n  nvidia_driver: skip\n")
+    text = text.replace(
+        "      cores: 16\n", "      cores: 16\n      nvidia_driver: expect-present\n"
+    )
+    inv = load_inventory(write(tmp_path, text, "modes.yaml"))
+    assert inv.container("ct2").nvidia_driver == "skip"  # from defaults
+    assert inv.container("ct1").nvidia_driver == "expect-present"  # the group beats defaults
+    wrong = write(tmp_path, BASE.replace("  ct2: {}", "  ct2: {nvidia_driver: yes}"), "bad.yaml")
+    with pytest.raises(InventoryError, match=r"containers\.ct2\.nvidia_driver: .*'install'"):
+        load_inventory(wrong)
 
 
 def test_missing_secret_names_location_not_value(tmp_path: Path) -> None:
@@ -202,7 +218,7 @@ container_keys = st.sampled_from(
 
 @st.composite
 def documents(draw: st.DrawFn) -> dict[str, object]:
-    doc = yaml.safe_load(BASE)
+    doc: dict[str, Any] = yaml.safe_load(BASE)
     ct = draw(st.dictionaries(container_keys, values, max_size=4))
     doc["containers"]["gen"] = ct
     if draw(st.booleans()):

@@ -15,10 +15,18 @@ from dflashops.errors import ProxmoxError
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.inventory.models import Container
 from dflashops.lab.pve import PveDouble, serve_double
-from dflashops.proxmox.apply import ProvisionOptions, provision
+from dflashops.proxmox.apply import (
+    ProvisionOptions,
+    ProvisionRequest,
+    apply_provision,
+    plan_provision,
+    provision,
+)
 from dflashops.proxmox.client import PveClient, is_digest_conflict
+from dflashops.proxmox.containerplan import ContainerPlan, PlanInputs
 from dflashops.proxmox.facts import list_resources
 from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult, container_status, destroy
+from dflashops.proxmox.plan import plan_container
 
 pytestmark = pytest.mark.timeout(120)
 TEMPLATE = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
@@ -175,6 +183,59 @@ def test_drift_is_repaired_with_the_digest(inventory: Inventory, client: PveClie
     assert done.ok and done.container("c1").action == "change"
     config = client.ct_config("lab", 960)
     assert config["cores"] == 2 and config["features"] == "keyctl=1,nesting=1"
+
+
+def test_apply_runs_the_shown_plan_without_planning_again(
+    inventory: Inventory, client: PveClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert provision(inventory, ["c1"], options=API_ONLY).ok
+    client.ct_update("lab", 960, {"cores": 7})
+    planned: list[str] = []
+
+    def counting_plan(inputs: PlanInputs) -> ContainerPlan:
+        planned.append(inputs.container.name)
+        return plan_container(inputs)
+
+    monkeypatch.setattr("dflashops.proxmox.session.plan_container", counting_plan)
+    plan = plan_provision(ProvisionRequest(inventory, ("c1",), API_ONLY))
+    shown = plan.report().container("c1")
+    assert shown.action == "change" and planned == ["c1"]
+    report = apply_provision(plan)
+    entry = report.container("c1")
+    assert report.ok and not report.dry_run and planned == ["c1"]  # planned once, applied once
+    assert entry.applied == shown.steps
+    assert client.ct_config("lab", 960)["cores"] == 2
+
+
+def test_apply_plans_again_when_the_config_changed_after_planning(
+    inventory: Inventory, client: PveClient
+) -> None:
+    assert provision(inventory, ["c1"], options=API_ONLY).ok
+    client.ct_update("lab", 960, {"cores": 7})
+    plan = plan_provision(ProvisionRequest(inventory, ("c1",), API_ONLY))
+    client.ct_update("lab", 960, {"memory": 2048})  # an operator, after the plan was shown
+    entry = apply_provision(plan).container("c1")
+    assert entry.error is None
+    assert entry.applied[0] == "replanned: CT 960 config changed since planning"
+    config = client.ct_config("lab", 960)
+    assert (config["cores"], config["memory"]) == (2, 1024)
+
+
+def test_apply_waits_out_a_lock_seen_while_planning(
+    inventory: Inventory, double: PveDouble
+) -> None:
+    assert provision(inventory, ["c1"], options=API_ONLY).ok
+    set_lock(double, 960, "backup")
+    plan = plan_provision(ProvisionRequest(inventory, ("c1",), API_ONLY))
+    assert "locked (backup): apply waits for the lock" in plan.report().container("c1").warnings
+    timer = threading.Timer(1.0, set_lock, (double, 960, None))
+    timer.start()
+    said: list[str] = []
+    entry = apply_provision(plan, progress=said.append).container("c1")
+    timer.join()
+    assert entry.error is None and entry.action == "unchanged"
+    assert entry.applied == ["replanned: vmid 960 was locked (backup) while planning"]
+    assert any("vmid 960 is locked (backup); waiting" in line for line in said)
 
 
 def test_untagged_namesake_is_refused_and_untouched(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
+import dflashops
 from dflashops.errors import ProxmoxError
 from dflashops.inventory.models import Container
 from dflashops.proxmox.client import (
@@ -29,6 +31,7 @@ from dflashops.proxmox.facts import (
     split_probe_output,
 )
 from dflashops.proxmox.guest import guest_facts_from_probes
+from dflashops.proxmox.identity import locate
 from dflashops.proxmox.passthrough import (
     as_lxc_config,
     devn_changes,
@@ -36,7 +39,7 @@ from dflashops.proxmox.passthrough import (
     raw_changes,
     raw_lines,
 )
-from dflashops.proxmox.plan import locate, parse_props, render_props
+from dflashops.proxmox.pveconfig import parse_props, render_props
 
 
 def ct(**fields: object) -> Container:
@@ -286,3 +289,14 @@ def test_error_classes() -> None:
     assert is_digest_conflict(
         ProxmoxError("detected modified configuration - file changed by other user? Try again.")
     )
+
+
+def test_no_product_code_recognises_the_lab() -> None:
+    """The PVE double behaves like PVE; what differs in the lab is an inventory setting."""
+    package = Path(dflashops.__file__).parent
+    lookers = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.relative_to(package).parts[0] != "lab" and "dflashopslab" in path.read_text()
+    ]
+    assert lookers == []

@@ -16,6 +16,16 @@ import pytest
 import yaml
 
 from dflashops.inventory.models import Container
+from dflashops.proxmox.containerplan import (
+    ContainerPlan,
+    CreateCt,
+    EditConf,
+    PctSet,
+    PlanInputs,
+    RebootCt,
+    UpdateConfig,
+    plan_lines,
+)
 from dflashops.proxmox.facts import (
     HOST_PROBES,
     ExistingCt,
@@ -27,23 +37,20 @@ from dflashops.proxmox.facts import (
     host_facts_from_probes,
 )
 from dflashops.proxmox.guest import (
+    SKIPPED_LABEL,
+    SKIPPED_NOTE,
+    CheckGpus,
     GuestFacts,
+    GuestPlan,
+    InstallDriver,
+    ResizeShm,
     guest_facts_from_probes,
     guest_lines,
     guest_probes,
     plan_guest,
 )
-from dflashops.proxmox.plan import (
-    ContainerPlan,
-    CreateCt,
-    EditConf,
-    PctSet,
-    PlanInputs,
-    RebootCt,
-    UpdateConfig,
-    plan_container,
-    plan_lines,
-)
+from dflashops.proxmox.plan import plan_container
+from dflashops.proxmox.rows import Row
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "provision"
 SCENARIOS = sorted((FIXTURES / "scenarios").glob("*.yaml"))
@@ -227,3 +234,48 @@ def test_refusals_name_the_vmid_and_what_differs() -> None:
     assert "vmid 129" in untagged.refusal() and "dflashops" in untagged.refusal()
     other = scenario_plan("vmid-holds-other-name")
     assert other.refused and "'gitlab'" in other.refusal()
+
+
+# --------------------------------------------------------------------------- nvidia_driver
+
+
+def gpu_guest_plan(guest: str, nvidia_driver: str | None = None) -> tuple[GuestPlan, list[str]]:
+    spec: dict[str, Any] = {"name": "qwen36", "gpus": [0, 1], "vmid": 950}
+    if nvidia_driver is not None:
+        spec["nvidia_driver"] = nvidia_driver
+    ct = container(spec)
+    plan = plan_guest(ct, host_facts("pve9-cgroup2-2gpu"), guest_facts(guest, ct))
+    return plan, guest_lines(plan)
+
+
+def driver_row(plan: GuestPlan) -> Row:
+    return next(row for row in plan.rows if row.field == "nvidia driver")
+
+
+def test_nvidia_driver_install_is_the_default_and_installs_the_nodes_version() -> None:
+    plan, _ = gpu_guest_plan("driver-mismatch")
+    install = next(s for s in plan.steps if isinstance(s, InstallDriver))
+    assert (install.version, install.replaces) == ("580.95.05", "570.133")
+    assert any(isinstance(s, CheckGpus) for s in plan.steps) and not plan.plan_only
+    assert driver_row(plan).status == "change"
+
+
+def test_nvidia_driver_skip_shows_the_gpu_steps_but_applies_none() -> None:
+    plan, lines = gpu_guest_plan("fresh", "skip")
+    assert [type(s) for s in plan.plan_only] == [InstallDriver, CheckGpus]
+    assert [type(s) for s in plan.steps] == [ResizeShm]  # the rest of the guest plan applies
+    assert driver_row(plan).note == SKIPPED_NOTE
+    assert f"  {SKIPPED_LABEL}: install NVIDIA userspace driver 580.95.05" in "\n".join(lines)
+
+
+def test_nvidia_driver_expect_present_checks_and_never_installs() -> None:
+    missing, _ = gpu_guest_plan("fresh", "expect-present")
+    assert not any(isinstance(s, InstallDriver) for s in [*missing.steps, *missing.plan_only])
+    check = next(s for s in missing.steps if isinstance(s, CheckGpus))
+    assert "install NVIDIA userspace driver 580.95.05" in check.hint
+    row = driver_row(missing)
+    assert row.status == "absent" and "expect-present" in row.note
+    assert driver_row(gpu_guest_plan("driver-mismatch", "expect-present")[0]).status == "differs"
+    present, _ = gpu_guest_plan("ready", "expect-present")
+    assert not any(isinstance(s, InstallDriver | CheckGpus) for s in present.steps)
+    assert driver_row(present).status == "unchanged"

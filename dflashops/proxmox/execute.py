@@ -1,0 +1,235 @@
+"""Running a container plan's PVE steps, each guarded against losing a race.
+
+A step that finds PVE changed under it (the digest moved, the vmid was just taken, the container
+started or stopped meanwhile, a concurrent auto-vmid create won) raises
+:class:`~dflashops.proxmox.errors.Replan`; the caller then plans again from what is there now.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dflashops.errors import ProxmoxError, RemoteError
+from dflashops.inventory.models import Container
+from dflashops.proxmox.client import is_already_exists, is_digest_conflict, is_locked
+from dflashops.proxmox.containerplan import (
+    CreateCt,
+    DownloadTemplate,
+    EditConf,
+    PctSet,
+    RebootCt,
+    StartCt,
+    Step,
+    UpdateConfig,
+)
+from dflashops.proxmox.errors import ProvisionError, Replan
+from dflashops.proxmox.facts import list_resources
+from dflashops.proxmox.passthrough import edit_conf_text
+from dflashops.proxmox.session import PveSession
+from dflashops.remote import get_bytes
+
+
+@dataclass
+class Target:
+    """Where a container is while its plan is applied (a create learns its vmid)."""
+
+    vmid: int | None
+    node: str
+
+    def require_vmid(self) -> int:
+        if self.vmid is None:
+            raise ProvisionError("the container has no vmid yet (internal error)")
+        return self.vmid
+
+
+class StepRunner:
+    """Runs one container's PVE steps through a session's API client and node connection."""
+
+    def __init__(self, session: PveSession, ct: Container, target: Target) -> None:
+        self.session = session
+        self.ct = ct
+        self.target = target
+        self.options = session.options
+        self.say = session.say
+        self.client = session.client(ct)
+
+    def run(self, step: Step) -> None:
+        if isinstance(step, DownloadTemplate):
+            node = self.target.node
+            self.client.download_template(node, step.storage, step.template, progress=self.say)
+            self.session.site_facts(self.ct, node, fresh=True)
+        elif isinstance(step, CreateCt):
+            self.target.vmid = self._create(step)
+        elif isinstance(step, UpdateConfig):
+            self._update(step)
+        elif isinstance(step, PctSet):
+            self._pct_set(step)
+        elif isinstance(step, EditConf):
+            self._edit_conf(step)
+        elif isinstance(step, StartCt):
+            self._power("start")
+        elif isinstance(step, RebootCt):
+            self._power("reboot")
+
+    def _update(self, step: UpdateConfig) -> None:
+        vmid = self.target.require_vmid()
+        try:
+            self.client.ct_update(
+                self.target.node,
+                vmid,
+                dict(step.params),
+                delete=list(step.delete),
+                digest=step.digest,
+                lock_wait_s=self.options.lock_wait_s,
+                progress=self.say,
+            )
+        except ProxmoxError as exc:
+            if is_digest_conflict(exc):
+                raise Replan(f"CT {vmid} config changed meanwhile") from None
+            raise
+
+    def _create(self, step: CreateCt) -> int:
+        node, params = self.target.node, dict(step.params)
+        attempts = 1 if step.vmid is not None else 10
+        for _ in range(attempts):
+            vmid = step.vmid if step.vmid is not None else self._allocate_vmid()
+            try:
+                upid = str(self.client.post(f"nodes/{node}/lxc", vmid=vmid, **params))
+            except ProxmoxError as exc:
+                if not is_already_exists(exc):
+                    raise
+                if step.vmid is not None:
+                    raise Replan(f"vmid {vmid} was just taken") from None
+                self.say(f"{self.ct.name}: vmid {vmid} was just taken; trying the next one")
+                continue
+            self.say(f"{self.ct.name}: creating CT {vmid}")
+            self.client.wait_task(upid, timeout_s=self.options.task_timeout_s, progress=self.say)
+            if step.vmid is None:
+                self._ensure_single(vmid)
+            return vmid
+        raise ProvisionError(f"no free vmid after {attempts} attempts (others create too?)")
+
+    def _allocate_vmid(self) -> int:
+        client, floor = self.client, self.options.vmid_floor
+        if floor is None:
+            return client.next_vmid()
+        taken = {int(item["vmid"]) for item in client.get("cluster/resources", type="vm") or []}
+        candidate = floor
+        while candidate in taken:
+            candidate += 1
+        try:
+            return client.next_vmid(candidate)
+        except ProxmoxError as exc:
+            if is_already_exists(exc):
+                return client.next_vmid(candidate + 1)
+            raise
+
+    def _ensure_single(self, mine: int) -> None:
+        """After an auto-vmid create: if a concurrent provision made one too, the lowest vmid
+        stays and the others' creators remove their own (never someone else's), then plan
+        again for the one that stays."""
+        client, name = self.client, self.ct.name
+        end = time.monotonic() + self.options.lock_wait_s
+        while True:
+            resources = list_resources(client)
+            # a create in progress may not have its hostname yet: PVE shows it as CT<vmid>
+            creating = [
+                r
+                for r in resources
+                if r.lock == "create" and r.vmid != mine and r.name in (name, f"CT{r.vmid}")
+            ]
+            if not creating or time.monotonic() > end:
+                break
+            time.sleep(0.3)
+        same = sorted(r.vmid for r in resources if r.name == name and r.managed)
+        if len(same) <= 1 or same[0] == mine:
+            return
+        winner = same[0]
+        self.say(f"{name}: vmid {winner} was created concurrently; removing my CT {mine}")
+        client.run_task(
+            f"destroy duplicate CT {mine}",
+            lambda: str(client.delete(f"nodes/{self.target.node}/lxc/{mine}", purge=1)),
+            lock_wait_s=self.options.lock_wait_s,
+        )
+        raise Replan(f"vmid {winner} was created concurrently")
+
+    def _pct_set(self, step: PctSet) -> None:
+        """``pct set`` on the node, only while the config is still the one the API showed."""
+        node, vmid = self.target.node, self.target.require_vmid()
+        args = " ".join(f"-{key} {shlex.quote(value)}" for key, value in step.options)
+        conn = self.session.node_conn(self.ct, node)
+        q = shlex.quote(f"/etc/pve/nodes/{node}/lxc/{vmid}.conf")
+
+        def attempt() -> None:
+            digest = self.client.ct_config(node, vmid).get("digest", "")
+            script = (
+                f'[ "$(sha1sum < {q} | cut -c1-40)" = {shlex.quote(str(digest))} ] || '
+                '{ echo "detected modified configuration" >&2; exit 3; }; '
+                f"pct set {vmid} {args}"
+            )
+            result = conn.run(script, ok_codes=(0, 3), deadline=120.0, display=f"pct set {vmid}")
+            if result.exit_code == 3:
+                raise Replan(f"CT {vmid} config changed meanwhile")
+
+        _retry_remote_locked(attempt, self.options.lock_wait_s)
+
+    def _edit_conf(self, step: EditConf) -> None:
+        """Rewrite the config file on the node, refusing if it changed since we read it."""
+        node, vmid = self.target.node, self.target.require_vmid()
+        conn = self.session.node_conn(self.ct, node)
+        path = f"/etc/pve/nodes/{node}/lxc/{vmid}.conf"
+        raw = get_bytes(conn, path, max_bytes=1 << 20)
+        digest = hashlib.sha1(raw).hexdigest()
+        api_digest = self.client.ct_config(node, vmid).get("digest")
+        if api_digest and api_digest != digest:
+            raise Replan(f"CT {vmid} config changed while reading it")
+        new = edit_conf_text(raw.decode(), step.add, step.remove)
+        if new.encode() == raw:
+            return
+        q = shlex.quote(path)
+        # the content travels in the command (invoke feeds stdin a byte at a time: slow)
+        payload = base64.b64encode(new.encode()).decode()
+        script = (
+            f'd=$(sha1sum < {q} | cut -c1-40); if [ "$d" != {digest} ]; then '
+            'echo "detected modified configuration" >&2; exit 3; fi; '
+            f"echo {payload} | base64 -d > {q}.tmp.$$ && mv {q}.tmp.$$ {q}"
+        )
+        result = conn.run(script, ok_codes=(0, 3), display=f"rewrite {path}")
+        if result.exit_code == 3:
+            raise Replan(f"CT {vmid} config changed while editing it")
+
+    def _power(self, action: str) -> None:
+        client, vmid = self.client, self.target.require_vmid()
+        path = client.ct_path(self.target.node, vmid, "status", action)
+        try:
+            client.run_task(
+                f"CT {vmid}: {action}",
+                lambda: str(client.post(path)),
+                timeout_s=self.options.task_timeout_s,
+                lock_wait_s=self.options.lock_wait_s,
+                progress=self.say,
+            )
+        except ProxmoxError as exc:
+            # a concurrent provision got there first: whatever the state is, plan from it
+            if "already running" in exc.message or "not running" in exc.message:
+                raise Replan(f"CT {vmid} changed state meanwhile") from None
+            raise
+
+
+def _retry_remote_locked(fn: Callable[[], object], wait_s: float) -> None:
+    """``pct`` says "CT is locked" like the API does: wait for the lock, bounded."""
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            fn()
+            return
+        except RemoteError as exc:
+            locked = is_locked(ProxmoxError(exc.message))
+            if not locked or time.monotonic() > end:
+                raise
+            time.sleep(1.0)

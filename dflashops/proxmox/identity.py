@@ -1,0 +1,51 @@
+"""Which PVE container is "ours": the safety rules every plan and ``destroy`` check first.
+
+A container is only ever changed when it carries the ``dflashops`` tag *and* its name matches;
+anything else under our name or vmid is refused with one line naming the vmid and what differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dflashops.inventory.models import MANAGED_TAG, Container
+from dflashops.proxmox.facts import Resource
+
+
+def locate(ct: Container, resources: Sequence[Resource]) -> tuple[Resource | None, list[str]]:
+    """The container dflashops manages under this name (None: create one), or refusals.
+
+    Hostnames are not unique in PVE, vmids are; both must agree with the inventory and the
+    container must carry the ``dflashops`` tag before anything touches it.
+    """
+    same_name = sorted((r for r in resources if r.name == ct.name), key=lambda r: r.vmid)
+    strangers = [r for r in same_name if not r.managed]
+    issues = [
+        f"vmid {r.vmid} is named {ct.name!r} but lacks the {MANAGED_TAG!r} tag "
+        "(not created by dflashops; left untouched)"
+        for r in strangers
+    ]
+    if isinstance(ct.vmid, int):
+        at_vmid = next((r for r in resources if r.vmid == ct.vmid), None)
+        if at_vmid is not None and at_vmid.lock == "create" and at_vmid.name != ct.name:
+            issues.append(f"vmid {ct.vmid} is being created by someone (lock: create)")
+        elif at_vmid is not None and at_vmid.name != ct.name:
+            issues.append(f"vmid {ct.vmid} is named {at_vmid.name!r}, not {ct.name!r}")
+        elif at_vmid is not None and not at_vmid.managed and at_vmid not in strangers:
+            issues.append(f"vmid {ct.vmid} ({at_vmid.name}) lacks the {MANAGED_TAG!r} tag")
+        others = [r for r in same_name if r.vmid != ct.vmid and r.managed]
+        issues += [
+            f"{ct.name} already exists as vmid {r.vmid} (the inventory says {ct.vmid})"
+            for r in others
+        ]
+        return (at_vmid if not issues else None), issues
+    if issues:
+        return None, issues
+    managed = [r for r in same_name if r.managed]
+    # several: a concurrent auto-vmid create that is being cleaned up; the lowest vmid wins
+    return (managed[0] if managed else None), []
+
+
+def concerns(ct: Container, resource: Resource) -> bool:
+    """Whether ``resource`` bears on ``ct``'s plan: same name, or the inventory's fixed vmid."""
+    return resource.name == ct.name or (isinstance(ct.vmid, int) and resource.vmid == ct.vmid)
