@@ -13,7 +13,7 @@ from collections.abc import Sequence
 class DflashopsError(Exception):
     """Root of every error dflashops raises on purpose."""
 
-    #: the CLI's exit status for this error (1 failed, 2 usage or invalid input; README "Exit codes")
+    #: the CLI exit status for this error (1 failed, 2 usage or bad input; README "Exit codes")
     cli_exit_code = 1
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:

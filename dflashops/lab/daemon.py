@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from dflashops.lab import hosts
-from dflashops.lab.hosts import Mount
+from dflashops.lab import hosts, netns
+from dflashops.lab.host_model import Mount
 from dflashops.lab.node import NodeSpec, node_mounts, node_setup_script, render_node_root
 from dflashops.lab.paths import LabPaths, lab_paths
 from dflashops.lab.pve.containers import PRIVATE, NetnsContainers
@@ -161,7 +161,7 @@ def run_daemon(paths: LabPaths, net: LabNetwork, spec: NodeSpec, extra: list[Mou
     signal.signal(signal.SIGINT, on_signal)
     paths.run.mkdir(parents=True, exist_ok=True)
     paths.etc_pve.mkdir(parents=True, exist_ok=True)
-    hosts.ensure_bridge(net.bridge, net.cidr)
+    netns.ensure_bridge(net.bridge, net.cidr)
     node = None
     unstage_mounts(paths)
     staged = stage_mounts(paths, extra)
@@ -219,7 +219,7 @@ def run_daemon(paths: LabPaths, net: LabNetwork, spec: NodeSpec, extra: list[Mou
         if node is not None:
             hosts.stop_host(node)
         hosts.remove_netns_host(net.node_host)
-        hosts.remove_bridge(net.bridge)
+        netns.remove_bridge(net.bridge)
         unstage_mounts(paths)
 
 

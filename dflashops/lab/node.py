@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from dflashops.lab.hosts import Mount
+from dflashops.lab.host_model import Mount
 
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 511  # dynamically allocated on real hosts; any free major will do here

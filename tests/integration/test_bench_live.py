@@ -27,7 +27,7 @@ from dflashops.bench.workload import REFERENCE_PROMPT, PromptSpec, Workload, loa
 from dflashops.cli import cli
 from dflashops.deployment.layout import Layout
 from dflashops.inventory.load import Inventory, load_inventory
-from dflashops.lab.hosts import SshHost
+from dflashops.lab.host_model import SshHost
 from dflashops.playbook.models import Playbook
 from dflashops.roofline.request import RooflineRequest
 from tests.support.manifests import deployed_manifest

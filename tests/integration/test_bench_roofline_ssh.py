@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dflashops.bench.roofline import plan_roofline, probe_roofline_facts
-from dflashops.lab.hosts import SshHost
+from dflashops.lab.host_model import SshHost
 from dflashops.roofline.request import RooflineRequest
 from tests.support.ssh_hosts import connect_to
 

@@ -21,7 +21,7 @@ from dflashops.drafter.push import push_drafter_config
 from dflashops.drafter.registry import load_registry
 from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory, load_inventory
-from dflashops.lab.hosts import Mount, SshHost
+from dflashops.lab.host_model import Mount, SshHost
 from dflashops.playbook.models import Playbook
 from tests.support.faults import kill_host
 from tests.support.ssh_hosts import HostFactory

@@ -11,7 +11,7 @@ import pytest
 from dflashops.deployment.model_meta import fetch_model_meta
 from dflashops.drafter.check import check_paths
 from dflashops.drafter.engine import parse_engine
-from dflashops.lab.hosts import SshHost
+from dflashops.lab.host_model import SshHost
 from dflashops.launch.validation import validate
 from dflashops.playbook.models import Playbook
 from tests.support.ssh_hosts import connect_to

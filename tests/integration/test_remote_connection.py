@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from dflashops.errors import RemoteCommandError, RemoteError
-from dflashops.lab.hosts import HostNetwork, Mount, SshHost, known_hosts_name
+from dflashops.lab.host_model import Mount, SshHost
+from dflashops.lab.host_network import HostNetwork
+from dflashops.lab.sshd import known_hosts_name
 from dflashops.remote import (
     HostKeyError,
     RemoteConnectError,

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from dflashops.errors import RemoteError
-from dflashops.lab.hosts import HostNetwork, Mount, SshHost, host_exec
+from dflashops.lab.host_model import Mount, SshHost
+from dflashops.lab.host_network import HostNetwork
+from dflashops.lab.hosts import host_exec
 from dflashops.remote import (
     BACKUPS_KEPT,
     FileUpload,

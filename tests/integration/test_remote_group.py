@@ -7,7 +7,7 @@ import time
 import pytest
 
 from dflashops.errors import RemoteCommandError
-from dflashops.lab.hosts import SshHost
+from dflashops.lab.host_model import SshHost
 from dflashops.remote import (
     GroupError,
     RemoteConnectError,

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dflashops.lab.hosts import (
-    HostNetwork,
-    Mount,
-    SshHost,
-    host_exec,
-    remove_netns_hosts,
-    start_netns_host,
-)
+from dflashops.lab.host_model import Mount, SshHost
+from dflashops.lab.host_network import HostNetwork
+from dflashops.lab.hosts import host_exec, remove_netns_hosts, start_netns_host
 from dflashops.remote import put_atomic
 from tests.support.faults import clear_rate_limit, limit_rate
 from tests.support.ssh_hosts import HOST_PREFIX, HostFactory, connect_to

@@ -1,5 +1,5 @@
-"""Faults injected into test hosts (:class:`dflashops.lab.hosts.SshHost`): crash, partition, slow
-link. Netns hosts only, except :func:`kill_host`.
+"""Faults injected into test hosts (:class:`dflashops.lab.host_model.SshHost`): crash,
+partition, slow link. Netns hosts only, except :func:`kill_host`.
 
 * :func:`kill_host`: SIGKILL sshd and everything started on the host; new connections are
   refused at once (the namespace and link stay).
@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Literal
 
 from dflashops.errors import LabError
-from dflashops.lab.hosts import SshHost, flush_neighbours, kill_processes, run_command
+from dflashops.lab.host_model import SshHost
+from dflashops.lab.local_commands import run_command
+from dflashops.lab.netns import flush_neighbours, kill_processes
 
 
 def kill_host(host: SshHost) -> None:

@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
+from dflashops.lab.host_model import Mount, SshHost
+from dflashops.lab.host_network import HostNetwork
 from dflashops.lab.hosts import (
-    HostNetwork,
-    Mount,
-    SshHost,
     loopback_unavailable_reason,
     netns_unavailable_reason,
     remove_netns_hosts,

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from dflashops.errors import LabError
-from dflashops.lab import hosts
-from dflashops.lab.hosts import Mount, SshHost
+from dflashops.lab import hosts, netns
+from dflashops.lab.host_model import Mount, SshHost
 from dflashops.lab.pve.ctcommon import interface_entry
 
 LAB_BRIDGE = "dfolab0"
@@ -86,7 +86,7 @@ class NetnsContainers:
             raise LabError(f"cannot run lab containers: {reason}")
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.own_bridge:
-            hosts.ensure_bridge(self.bridge, str(self.network))
+            netns.ensure_bridge(self.bridge, str(self.network))
         return self
 
     def down(self) -> None:
@@ -97,7 +97,7 @@ class NetnsContainers:
         for host in running:
             hosts.stop_host(host)
         if self.own_bridge:
-            hosts.remove_bridge(self.bridge)
+            netns.remove_bridge(self.bridge)
 
     def __enter__(self) -> NetnsContainers:
         return self.up()
