@@ -209,6 +209,15 @@ def our_import_floor() -> tuple[float, float]:
     return wall, cpu
 
 
+# what a `dflashops bench` run imports before its first request (the CLI imports lazily)
+OUR_RUN_IMPORTS = "import dflashops.cli.bench, dflashops.bench.runner, aiohttp, httpx"
+
+
+def our_run_import_floor() -> tuple[float, float]:
+    wall, cpu, _ = timed([sys.executable, "-c", OUR_RUN_IMPORTS])
+    return wall, cpu
+
+
 def write_prompts(models: LabModels, path: Path, count: int) -> None:
     """``count`` of the lab's prompts: ours as JSONL (``{"prompt": ...}``), vLLM's as ShareGPT
     conversations (the reply is a placeholder: ``--sharegpt-output-len`` sets the length)."""
@@ -226,7 +235,7 @@ def write_prompts(models: LabModels, path: Path, count: int) -> None:
 
 def versions(runtime: VllmRuntime) -> dict[str, str]:
     found = {"dflashops": metadata.version("dflashops"), "python": platform.python_version()}
-    for name in ("httpx", "httpcore", "h11"):
+    for name in ("aiohttp", "httpx", "prometheus_client"):
         found[name] = metadata.version(name)
     probe = (
         "import importlib.metadata as m, platform;"
@@ -240,7 +249,7 @@ def versions(runtime: VllmRuntime) -> dict[str, str]:
         check=True,
         env=runtime.env(),
     ).stdout.split()
-    found.update(vllm=out[0], aiohttp=out[1], torch=out[2], vllm_python=out[3])
+    found.update(vllm=out[0], vllm_aiohttp=out[1], torch=out[2], vllm_python=out[3])
     return found
 
 
@@ -402,6 +411,7 @@ def main() -> None:
             )
         floors = {
             "dflashops bench --help": our_import_floor(),
+            f"python -c '{OUR_RUN_IMPORTS}'": our_run_import_floor(),
             "python -c 'import vllm.benchmarks.serve'": import_floor(runtime),
         }
         runs: list[Run] = []

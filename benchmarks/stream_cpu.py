@@ -1,5 +1,5 @@
-"""Client CPU per streamed token: our stream loop (lean HTTP/1.1 and the httpx fallback) against
-``vllm bench serve``'s own request function, on the same local SSE server.
+"""Client CPU per streamed token: our stream loop (aiohttp plus our SSE splitting) against
+``vllm bench serve``'s own request function (aiohttp), on the same local SSE server.
 
 Run on demand: ``.venv/bin/python benchmarks/stream_cpu.py [--tokens 500] [--pace-ms 2]``.
 
@@ -7,8 +7,9 @@ No vLLM server is started: a standard-library server in a subprocess streams vLL
 chunk format (one token per chunk, then a usage chunk and ``[DONE]``), flushing and sleeping
 ``--pace-ms`` after every chunk, as a real server does between decode steps (``--pace-ms 0``
 coalesces eight chunks per write: the parser's cost alone). Each client runs in its own process
-and reports ``time.process_time()`` over the measured requests only (warm-up excluded). vLLM's
-``async_request_openai_chat_completions`` runs in the lab's vLLM venv (aiohttp).
+and reports ``time.process_time()`` over the measured requests only (warm-up excluded), both
+sending on one aiohttp session per run. vLLM's ``async_request_openai_chat_completions`` runs in
+the lab's vLLM venv.
 """
 
 from __future__ import annotations
@@ -113,22 +114,19 @@ VLLM_CLIENT = textwrap.dedent(
 )
 
 
-async def ours(url: str, concurrency: int, n: int, tokens: int, lean: bool) -> tuple[int, float]:
+async def ours(url: str, concurrency: int, n: int, tokens: int) -> tuple[int, float]:
     from dflashops.bench.client import (
         Endpoint,
         RequestOptions,
         build_payload,
-        make_client,
         stream_request,
+        stream_session,
     )
-    from dflashops.bench.http1 import Http1Connection, lean_target
     from dflashops.bench.workload import PromptSpec
 
     endpoint = Endpoint(url, model="tiny")
     prompt = PromptSpec(id="p", prompt="hello")
-    target = lean_target(url)
-    assert target is not None
-    async with make_client(endpoint, concurrency) as client:
+    async with stream_session(endpoint, concurrency) as session:
 
         async def run(count: int, max_tokens: int) -> list[int]:
             payload = build_payload(endpoint, "tiny", prompt, RequestOptions(max_tokens=max_tokens))
@@ -136,15 +134,12 @@ async def ours(url: str, concurrency: int, n: int, tokens: int, lean: bool) -> t
             got: list[int] = []
 
             async def worker() -> None:
-                conn = Http1Connection(*target, headers={}) if lean else None
                 for _ in queue:
                     record = await stream_request(
-                        client, endpoint, payload, prompt_id="p", level_start=0.0, conn=conn
+                        session, endpoint, payload, prompt_id="p", level_start=0.0
                     )
                     assert record.success, record.error
                     got.append(record.output_tokens or 0)
-                if conn is not None:
-                    await conn.aclose()
 
             await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
             return got
@@ -171,8 +166,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def median_us_per_token(argv: list[str], repeats: int, env: dict[str, str] | None) -> str:
-    """Run one client ``repeats`` times; its median CPU µs per token (and any failures)."""
+def median_us_per_token(
+    argv: list[str], repeats: int, env: dict[str, str] | None
+) -> tuple[float, int]:
+    """Run one client ``repeats`` times: its median CPU µs per token, and failed requests."""
     values: list[float] = []
     failed = 0
     for _ in range(repeats):
@@ -181,8 +178,11 @@ def median_us_per_token(argv: list[str], repeats: int, env: dict[str, str] | Non
         tokens, cpu = int(fields[0]), float(fields[1])
         failed += int(fields[2]) if len(fields) > 2 else 0
         values.append(1e6 * cpu / tokens)
-    shown = f"{sorted(values)[len(values) // 2]:.1f}"
-    return f"{shown} ({failed} requests failed)" if failed else shown
+    return sorted(values)[len(values) // 2], failed
+
+
+def shown(value: float, failed: int) -> str:
+    return f"{value:.1f} ({failed} requests failed)" if failed else f"{value:.1f}"
 
 
 def measure(args: argparse.Namespace, url: str, runtime: VllmRuntime | None) -> list[str]:
@@ -192,26 +192,22 @@ def measure(args: argparse.Namespace, url: str, runtime: VllmRuntime | None) -> 
         f"chunk, {args.tokens} tokens per request, median of {args.repeats} runs, client CPU "
         "µs per token",
         "",
-        "| concurrency x requests | dflashops (lean HTTP/1.1) | dflashops (httpx fallback) "
-        "| vllm bench serve (aiohttp) |",
+        "| concurrency x requests | dflashops bench (aiohttp) | vllm bench serve (aiohttp) "
+        "| ours / vLLM's |",
         "|---|---|---|---|",
     ]
     print("\n".join(lines))
     for c, n in ((1, 4), (4, 8)):
         sizes = [str(c), str(n), str(args.tokens)]
-        row = [
-            median_us_per_token(
-                [sys.executable, __file__, "--child", mode, "--url", url, "--child-args", *sizes],
-                args.repeats,
-                None,
-            )
-            for mode in ("lean", "httpx")
-        ]
+        child = [sys.executable, __file__, "--child", "--url", url, "--child-args", *sizes]
+        ours_us, ours_failed = median_us_per_token(child, args.repeats, None)
+        row = [shown(ours_us, ours_failed)]
         if runtime is None:
-            row.append("(no lab vLLM runtime)")
+            row += ["(no lab vLLM runtime)", "-"]
         else:
             argv = [str(runtime.python), "-c", VLLM_CLIENT, url, *sizes]
-            row.append(median_us_per_token(argv, args.repeats, runtime.env()))
+            vllm_us, vllm_failed = median_us_per_token(argv, args.repeats, runtime.env())
+            row += [shown(vllm_us, vllm_failed), f"{ours_us / vllm_us:.2f}"]
         lines.append(f"| {c} x {n} | " + " | ".join(row) + " |")
         print(lines[-1], flush=True)
     return lines
@@ -225,13 +221,13 @@ def main() -> None:
     parser.add_argument(
         "--results", type=Path, help="also write the table into this file's stream-cpu markers"
     )
-    parser.add_argument("--child", choices=["lean", "httpx"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-args", nargs=3, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         c, n, t = args.child_args
-        print(*asyncio.run(ours(args.url, c, n, t, args.child == "lean")))
+        print(*asyncio.run(ours(args.url, c, n, t)))
         return
 
     from dflashops.lab.runtime import find_runtime

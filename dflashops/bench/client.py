@@ -11,25 +11,32 @@ Timing (``time.perf_counter``, from just before the request is sent):
   token; counting it, as ``vllm bench serve`` does, would add a near-zero ITL sample.
 - ITL: the gaps between consecutive text-carrying chunks.
 - E2EL: the last chunk that has choices (the trailing usage-only chunk is not generation).
+
+Transport: the streams go over ``aiohttp``, the client ``vllm bench serve`` uses (keep-alive
+connections, its C HTTP parser, https, proxies from the environment). Each socket read is taken
+as it arrives (``iter_any``, one timestamp per read) and split into SSE events here, on bytes:
+aiohttp has no SSE reader, and a line or event iterator would wake a coroutine per line instead
+of per read. ``/v1/models``, ``/version``, ``/metrics`` and ``/reset_prefix_cache`` go through
+the run's httpx client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
 
-from dflashops.bench.http1 import Http1Connection, Http1Error, lean_target
 from dflashops.bench.models import RequestRecord
 from dflashops.bench.stats import tpot_ms
 from dflashops.bench.workload import PromptSpec
 from dflashops.errors import BenchmarkError
 
 if TYPE_CHECKING:
+    import aiohttp
     import httpx
 
 Api = Literal["chat", "completions"]
@@ -38,6 +45,10 @@ API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1
 # tokens from above for byte-level BPE vocabularies, so prompt + reserve never under-counts.
 PROMPT_TOKEN_RESERVE = 64
 _TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
+CONNECT_TIMEOUT_S = 10.0
+# after a stream's [DONE], how long to wait for the end of its HTTP body: aiohttp reuses a
+# connection only once the body has been read to its end
+DRAIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -55,10 +66,6 @@ class Endpoint:
 
     def url(self, path: str) -> str:
         return self.root() + path
-
-    def base_path(self) -> str:
-        """The path part of the root (``""`` for a server at ``/``), for raw HTTP requests."""
-        return urlsplit(self.root()).path.rstrip("/")
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -94,8 +101,22 @@ def make_client(endpoint: Endpoint, concurrency: int) -> httpx.AsyncClient:
 
     return httpx.AsyncClient(
         headers=endpoint.headers(),
-        timeout=httpx.Timeout(endpoint.timeout_s, connect=10.0),
+        timeout=httpx.Timeout(endpoint.timeout_s, connect=CONNECT_TIMEOUT_S),
         limits=httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency),
+    )
+
+
+def stream_session(endpoint: Endpoint, concurrency: int) -> aiohttp.ClientSession:
+    """The aiohttp session the streams of one batch share: at most ``concurrency`` kept-alive
+    connections; no total timeout (``stream_request`` bounds each request by
+    ``endpoint.timeout_s``; aiohttp's default would cut streams at 5 minutes)."""
+    import aiohttp
+
+    return aiohttp.ClientSession(
+        headers={"Content-Type": "application/json", **endpoint.headers()},
+        connector=aiohttp.TCPConnector(limit=concurrency),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
+        trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as the httpx client honours them
     )
 
 
@@ -248,9 +269,9 @@ class _Stream:
     def feed(self, data: bytes, now: float) -> bool:
         """Take the complete SSE events in ``data`` (the rest waits for the next read), all
         stamped ``now``; True once the stream is over (``[DONE]`` or an error)."""
-        if b"\r" in data:
-            data = data.replace(b"\r\n", b"\n")
         buffer = self._pending + data if self._pending else data
+        if b"\r" in buffer:  # after the join: a CRLF may be split between two reads
+            buffer = buffer.replace(b"\r\n", b"\n")
         pos = 0
         while not self.done:
             end = buffer.find(b"\n\n", pos)
@@ -322,56 +343,56 @@ def _int_or_none(value: object) -> int | None:
 
 
 async def stream_request(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     endpoint: Endpoint,
     payload: dict[str, Any],
     *,
     prompt_id: str,
     level_start: float,
-    conn: Http1Connection | None = None,
 ) -> RequestRecord:
-    """Send one streamed request and measure it; failures become a record with ``error``.
-
-    ``conn`` (plain-http servers) carries the stream on the lean HTTP/1.1 client, else httpx.
-    """
-    import httpx
+    """Send one streamed request and measure it; failures become a record with ``error``."""
+    import aiohttp
 
     body = json.dumps(payload, separators=(",", ":")).encode()
     stream = _Stream(sent=time.perf_counter())
-    path = API_PATHS[endpoint.api]
     try:
         async with asyncio.timeout(endpoint.timeout_s):
-            if conn is not None:
-                status, error_body = await conn.post_stream(
-                    endpoint.base_path() + path, body, stream.feed
-                )
-                if status != 200:
-                    stream.error = f"HTTP {status}: {_error_body_text(error_body)}"
-            else:
-                request = client.build_request(
-                    "POST",
-                    endpoint.url(path),
-                    content=body,
-                    headers={"Content-Type": "application/json"},
-                )
-                response = await client.send(request, stream=True)
-                try:
-                    if response.status_code != 200:
-                        await response.aread()
-                        stream.error = f"HTTP {response.status_code}: {_error_text(response)}"
-                    else:
-                        async for data in response.aiter_raw():
-                            if stream.feed(data, time.perf_counter()):
-                                break
-                finally:
-                    await response.aclose()
+            await _post_stream(session, endpoint.url(API_PATHS[endpoint.api]), body, stream)
+    except aiohttp.ClientError as exc:  # first: aiohttp's own timeouts are TimeoutErrors too
+        stream.error = _one_line(exc)
     except TimeoutError:
-        stream.error = f"timed out after {endpoint.timeout_s:g} s"
-    except Http1Error as exc:
-        stream.error = str(exc)
-    except httpx.HTTPError as exc:
-        stream.error = _describe(exc)
+        if not stream.done:  # a finished stream was only waiting for the end of its body
+            stream.error = f"timed out after {endpoint.timeout_s:g} s"
     return _record(stream, prompt_id, payload, level_start)
+
+
+async def _post_stream(
+    session: aiohttp.ClientSession, url: str, body: bytes, stream: _Stream
+) -> None:
+    import aiohttp
+
+    try:
+        response = await session.post(url, data=body)
+    except aiohttp.ClientConnectorError:
+        raise
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        # no reply at all: a kept-alive connection the server closed as it was reused. aiohttp
+        # retries that only for idempotent methods; send the POST once more, timed afresh
+        stream.sent = time.perf_counter()
+        response = await session.post(url, data=body)
+    async with response:
+        if response.status != 200:
+            stream.error = f"HTTP {response.status}: {_error_body_text(await response.read())}"
+            return
+        async for data in response.content.iter_any():
+            if stream.feed(data, time.perf_counter()):
+                break
+        if not response.content.at_eof():
+            # the body's last chunk normally follows [DONE] at once; read it so the connection
+            # is reused, but never wait long on a server that keeps the body open
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+                async with asyncio.timeout(DRAIN_S):
+                    await response.content.read()
 
 
 def _record(
@@ -413,40 +434,37 @@ async def run_requests(
     on_done: Callable[[RequestRecord], None] | None = None,
 ) -> tuple[list[RequestRecord], float]:
     """Send ``prompts`` with at most ``concurrency`` in flight; records in prompt order, and the
-    wall time from the first send to the last reply in seconds."""
+    wall time from the first send to the last reply in seconds.
+
+    The streams share one aiohttp session (``stream_session``); ``client``, the run's httpx
+    client for its other calls, carries none of them.
+    """
     if concurrency < 1:
         raise BenchmarkError(f"concurrency must be at least 1, got {concurrency}")
     payloads = [build_payload(endpoint, model, p, options) for p in prompts]
     records: list[RequestRecord | None] = [None] * len(prompts)
     pending = iter(range(len(prompts)))
-    start = time.perf_counter()
+    workers = min(concurrency, len(prompts))
 
-    lean = lean_target(endpoint.root())
+    async with stream_session(endpoint, max(workers, 1)) as session:
+        start = time.perf_counter()
 
-    async def worker() -> None:
-        # each worker takes the next index: exactly `concurrency` requests in flight until drained
-        conn = None
-        if lean is not None:
-            conn = Http1Connection(*lean, headers=endpoint.headers())
-        try:
+        async def worker() -> None:
+            # each worker takes the next index: `concurrency` requests in flight until drained
             for index in pending:
                 record = await stream_request(
-                    client,
+                    session,
                     endpoint,
                     payloads[index],
                     prompt_id=prompts[index].id,
                     level_start=start,
-                    conn=conn,
                 )
                 records[index] = record
                 if on_done is not None:
                     on_done(record)
-        finally:
-            if conn is not None:
-                await conn.aclose()
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
-    duration = time.perf_counter() - start
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        duration = time.perf_counter() - start
     return [r for r in records if r is not None], duration
 
 
@@ -474,4 +492,9 @@ def _describe(exc: Exception) -> str:
 
     if isinstance(exc, httpx.TimeoutException):
         return f"timed out ({type(exc).__name__})"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return _one_line(exc)
+
+
+def _one_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,53 +1,63 @@
-"""A parser for the Prometheus text exposition format (0.0.4), and the OpenMetrics forms that
-``prometheus_client`` and vLLM/SGLang servers emit.
+"""A ``/metrics`` scrape, read by ``prometheus_client``'s own parsers, and the look-ups dflashops
+needs on top (samples by name and labels, sums over engines, histograms and their quantiles).
 
-Handled: ``# HELP`` (with its ``\\\\`` and ``\\n`` escapes), ``# TYPE``, ``# UNIT``, ``# EOF``,
-other comments; label values with ``\\\\``, ``\\"`` and ``\\n`` escapes (commas, braces and spaces
-inside quotes are data); quoted UTF-8 metric and label names (``{"my.metric", "a.b"="x"}``); a
-trailing comma in a label set; ``NaN``, ``+Inf``, ``-Inf``; optional timestamps; OpenMetrics
-exemplars (ignored); histograms and summaries (``_bucket``, ``_count``, ``_sum``), ``_total``
-and ``_created`` samples, whether the ``# TYPE`` line names the family (OpenMetrics) or the
-sample itself (``prometheus_client``'s classic output types ``foo_total`` and ``foo_created``).
+vLLM and SGLang expose their metrics with ``prometheus_client``, so its parsers are the reference
+for what they write. A document whose last line is ``# EOF`` is OpenMetrics 1.0 and goes to
+``prometheus_client.openmetrics.parser``; anything else is the Prometheus text format 0.0.4 (what
+both servers answer a plain scrape with) and goes to ``prometheus_client.parser``. Families carry
+the library's OpenMetrics names: the counter exposed as ``foo_total`` is family ``foo``, an
+untyped family is ``unknown``; timestamps are in seconds. Sample names stay as exposed
+(``foo_total``, ``foo_bucket``).
 
-A malformed line raises ``ParseError`` naming the line: a scrape that does not parse is never
-silently half-read.
+The libraries handle label escapes (``\\\\``, ``\\"``, ``\\n``; commas, braces and spaces inside
+quotes are data), ``# HELP`` escapes, quoted UTF-8 metric and label names
+(``{"my.metric", "a.b"="x"}``), a trailing comma in a label set, ``NaN`` / ``+Inf`` / ``-Inf``,
+timestamps, histograms and summaries; the OpenMetrics parser also ``# UNIT``, exemplars (parsed,
+then dropped here), ``_created`` samples inside their family, and ``# EOF``.
+
+What they do not handle, and what this module does about it:
+
+- Line numbers: the libraries raise ``ValueError`` without one. The reader's position at the
+  error tells the line being read, and ``ParseError`` names it. A problem found only when a
+  family ends (an unknown ``# TYPE``, OpenMetrics histogram checks) names the line after it.
+- A ``# TYPE`` after its family's samples: the 0.0.4 parser starts a second family of that name.
+  Families that share a name are merged here when their types agree (samples of one family that
+  are not adjacent); when they differ it is a ``ParseError``.
+- Lenient 0.0.4 reading, kept as the library does it: an unknown escape in a label value
+  (``\\q``) stays verbatim; fields after the timestamp are ignored; an exemplar (not part of
+  0.0.4) keeps the value right but its last field is read as the timestamp; ``# UNIT`` lines and
+  a ``# EOF`` that is not the last line are comments; a counter family typed without ``_total``
+  has its samples renamed ``<name>_total``.
+- OpenMetrics is strict: lines after ``# EOF``, blank lines and free comments are errors.
+- Native histograms (experimental OpenMetrics) are refused: nothing here reads them.
+
+A malformed document raises ``ParseError``: a scrape that does not parse is never half-read.
 """
 
 from __future__ import annotations
 
+import io
 import math
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TextIO
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import parser as openmetrics_parser
+from prometheus_client.parser import text_fd_to_metric_families
+from prometheus_client.samples import Sample as LibrarySample
 
 from dflashops.errors import ParseError
 
-METRIC_TYPES = frozenset(
-    {"counter", "gauge", "histogram", "gaugehistogram", "summary", "untyped", "unknown", "info"}
-    | {"stateset"}
-)
-
-# The sample-name suffixes a family of each type may use on top of its own name.
-_TYPE_SUFFIXES: dict[str, tuple[str, ...]] = {
-    "counter": ("_total", "_created"),
-    "histogram": ("_bucket", "_count", "_sum", "_created"),
-    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
-    "summary": ("_count", "_sum", "_created"),
-    "info": ("_info",),
-}
-
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-# Go's strconv.ParseFloat, as Prometheus uses it, minus hex floats and underscores.
-_FLOAT = re.compile(
-    r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:inf(?:inity)?))|(?i:nan)",
-)
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+Parser = Callable[[TextIO], Iterable[Metric]]
+# The OpenMetrics parser carries no annotations; this gives it the 0.0.4 parser's signature.
+_parse_openmetrics: Parser = openmetrics_parser.text_fd_to_metric_families
+_parse_text_format: Parser = text_fd_to_metric_families
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One line of a scrape: ``name{labels} value [timestamp]``."""
+    """One line of a scrape: ``name{labels} value [timestamp]`` (timestamp in seconds)."""
 
     name: str
     labels: Mapping[str, str]
@@ -61,20 +71,13 @@ class Sample:
 
 @dataclass
 class MetricFamily:
-    """The samples that share one ``# TYPE`` (``untyped`` when the scrape never declared it)."""
+    """The samples of one metric family, as the library groups and names them."""
 
     name: str
-    type: str = "untyped"
-    help: str | None = None
-    unit: str | None = None
+    type: str
+    help: str = ""
+    unit: str = ""
     samples: list[Sample] = field(default_factory=list)
-
-    def owns(self, sample_name: str) -> bool:
-        """Whether a sample of this name belongs to this family."""
-        if sample_name == self.name:
-            return True
-        suffix = sample_name[len(self.name) :]
-        return sample_name.startswith(self.name) and suffix in _TYPE_SUFFIXES.get(self.type, ())
 
 
 @dataclass(frozen=True)
@@ -183,10 +186,7 @@ class Scrape:
             return groups.setdefault(key, _HistogramParts(dict(key)))
 
         for sample in self.samples(f"{name}_bucket", **labels):
-            bound = sample.labels.get("le")
-            if bound is None or not _FLOAT.fullmatch(bound):
-                raise ParseError(f"{name}_bucket: a bucket without a numeric le label")
-            group(sample).buckets.append((float(bound), sample.value))
+            group(sample).buckets.append((_bucket_bound(name, sample), sample.value))
         for sample in self.samples(f"{name}_count", **labels):
             group(sample).count = sample.value
         for sample in self.samples(f"{name}_sum", **labels):
@@ -207,186 +207,66 @@ class _HistogramParts:
         return Histogram(name, self.labels, buckets, count, self.sum)
 
 
+def _bucket_bound(name: str, sample: Sample) -> float:
+    try:
+        return float(sample.labels["le"])
+    except (KeyError, ValueError):
+        raise ParseError(f"{name}_bucket: a bucket without a numeric le label") from None
+
+
 def parse_exposition(text: str) -> Scrape:
-    """Parse one scrape; raises ``ParseError`` with the line number on malformed input."""
+    """Parse one scrape; raises ``ParseError`` (naming the line) on malformed input."""
+    parse = _parse_openmetrics if _is_openmetrics(text) else _parse_text_format
+    # StringIO splits on "\n" only, as both parsers expect (a label value may hold "\r" or
+    # another Unicode line separator), and its position tells which line the parser is on
+    reader = io.StringIO(text)
     families: dict[str, MetricFamily] = {}
-    # Lines are split on "\n" only: a label value may hold other Unicode line separators.
-    for lineno, raw in enumerate(text.split("\n"), start=1):
-        line = raw.rstrip("\r").strip()
-        if not line:
-            continue
-        try:
-            if line.startswith("#"):
-                if _comment(line, families):
-                    break  # "# EOF"
-                continue
-            sample = _sample(line)
-        except ParseError as exc:
-            raise ParseError(f"line {lineno}: {exc.message}: {_excerpt(raw)}") from None
-        _family_for(sample.name, families).samples.append(sample)
+    try:
+        for metric in parse(reader):
+            _merge(families, metric)
+    except ValueError as exc:  # the libraries' one error type for a malformed document
+        lineno, line = _line_ending_at(text, reader.tell())
+        problem = str(exc) or "malformed line"
+        # the libraries quote the line in some messages, not in others
+        shown = problem if line in problem else f"{problem}: {line}"
+        raise ParseError(f"line {lineno}: {shown}") from None
     return Scrape(families)
 
 
-def _excerpt(line: str, width: int = 80) -> str:
-    line = line.strip()
-    return line if len(line) <= width else line[: width - 1] + "…"
+def _is_openmetrics(text: str) -> bool:
+    # OpenMetrics requires "# EOF" as the last line; the 0.0.4 format has no such marker
+    return text.rstrip().rpartition("\n")[2].strip() == "# EOF"
 
 
-def _comment(line: str, families: dict[str, MetricFamily]) -> bool:
-    """Apply a ``#`` line; True on ``# EOF``."""
-    parts = line[1:].strip().split(None, 2)
-    if parts == ["EOF"]:
-        return True
-    if len(parts) < 2 or parts[0] not in ("HELP", "TYPE", "UNIT"):
-        return False  # a free comment
-    keyword, name = parts[0], parts[1]
-    if not _NAME.fullmatch(name):
-        raise ParseError(f"bad metric name {name!r} in # {keyword}")
-    rest = parts[2] if len(parts) == 3 else ""
-    family = families.setdefault(name, MetricFamily(name))
-    if keyword == "HELP":
-        family.help = _unescape_help(rest)
-    elif keyword == "UNIT":
-        family.unit = rest.strip()
-    else:
-        kind = rest.strip().lower()
-        if kind not in METRIC_TYPES:
-            raise ParseError(f"unknown metric type {rest.strip()!r}")
-        if family.samples and family.type != kind:
-            raise ParseError(f"# TYPE for {name} after its samples")
-        family.type = kind
-    return False
+def _merge(families: dict[str, MetricFamily], metric: Metric) -> None:
+    samples = [_sample(metric.name, raw) for raw in metric.samples]
+    family = families.get(metric.name)
+    if family is None:
+        families[metric.name] = MetricFamily(
+            metric.name, metric.type, metric.documentation, metric.unit, samples
+        )
+        return
+    if family.type != metric.type:
+        raise ValueError(
+            f"family {metric.name} is both {family.type} and {metric.type} "
+            "(a # TYPE after its samples?)"
+        )
+    family.samples.extend(samples)
+    family.help = family.help or metric.documentation
+    family.unit = family.unit or metric.unit
 
 
-def _unescape_help(text: str) -> str:
-    out: list[str] = []
-    chars = iter(text)
-    for char in chars:
-        if char == "\\":
-            nxt = next(chars, "")
-            out.append({"\\": "\\", "n": "\n"}.get(nxt, "\\" + nxt))
-        else:
-            out.append(char)
-    return "".join(out)
+def _sample(family: str, raw: LibrarySample) -> Sample:
+    if raw.native_histogram is not None:
+        raise ValueError(f"{family}: native histograms are not supported")
+    timestamp = None if raw.timestamp is None else float(raw.timestamp)
+    return Sample(raw.name, raw.labels, float(raw.value), timestamp)
 
 
-def _family_for(sample_name: str, families: dict[str, MetricFamily]) -> MetricFamily:
-    family = families.get(sample_name)
-    if family is not None:
-        return family
-    for suffixes in _TYPE_SUFFIXES.values():
-        for suffix in suffixes:
-            if sample_name.endswith(suffix):
-                base = families.get(sample_name[: -len(suffix)])
-                if base is not None and base.owns(sample_name):
-                    return base
-    return families.setdefault(sample_name, MetricFamily(sample_name))
-
-
-def _sample(line: str) -> Sample:
-    name: str | None = None
-    pos = 0
-    match = _NAME.match(line)
-    if match:
-        name, pos = match.group(), match.end()
-    labels: dict[str, str] = {}
-    if line.startswith("{", pos):
-        pos, quoted_name = _labels(line, pos + 1, labels)
-        if quoted_name is not None:
-            if name is not None:
-                raise ParseError("metric name given twice")
-            name = quoted_name
-    if name is None:
-        raise ParseError("expected a metric name")
-    rest = line[pos:]
-    if not rest[:1].isspace():
-        raise ParseError("expected whitespace before the value")
-    fields = rest.split()
-    if "#" in fields:  # an OpenMetrics exemplar follows
-        fields = fields[: fields.index("#")]
-    if len(fields) not in (1, 2):
-        raise ParseError("expected a value and an optional timestamp")
-    value = _float(fields[0], "value")
-    timestamp = _float(fields[1], "timestamp") if len(fields) == 2 else None
-    return Sample(name, labels, value, timestamp)
-
-
-def _float(token: str, what: str) -> float:
-    if not _FLOAT.fullmatch(token):
-        raise ParseError(f"bad {what} {token!r}")
-    return float(token)
-
-
-def _labels(line: str, pos: int, labels: dict[str, str]) -> tuple[int, str | None]:
-    """Parse label pairs after ``{``; returns the position after ``}`` and a quoted metric name."""
-    quoted_name: str | None = None
-    while True:
-        pos = _skip_space(line, pos)
-        if line.startswith("}", pos):
-            return pos + 1, quoted_name
-        if line.startswith('"', pos):
-            text, pos = _quoted(line, pos)
-            pos = _skip_space(line, pos)
-            if not line.startswith("=", pos):  # {"utf8.metric.name", ...}
-                if quoted_name is not None or labels:
-                    raise ParseError("a quoted metric name must come first in the braces")
-                quoted_name = text
-                pos = _after_pair(line, pos)
-                continue
-            label = text
-        else:
-            match = _LABEL_NAME.match(line, pos)
-            if not match:
-                raise ParseError(f"bad label name at column {pos + 1}")
-            label, pos = match.group(), _skip_space(line, match.end())
-        if not line.startswith("=", pos):
-            raise ParseError(f"expected '=' after label {label}")
-        pos = _skip_space(line, pos + 1)
-        if not line.startswith('"', pos):
-            raise ParseError(f"label {label}: value must be quoted")
-        value, pos = _quoted(line, pos)
-        if label in labels:
-            raise ParseError(f"label {label} given twice")
-        labels[label] = value
-        pos = _after_pair(line, _skip_space(line, pos))
-
-
-def _after_pair(line: str, pos: int) -> int:
-    if line.startswith(",", pos):
-        return pos + 1
-    if line.startswith("}", pos):
-        return pos
-    raise ParseError(f"expected ',' or '}}' at column {pos + 1}")
-
-
-def _skip_space(line: str, pos: int) -> int:
-    while pos < len(line) and line[pos] in " \t":
-        pos += 1
-    return pos
-
-
-def _quoted(line: str, pos: int) -> tuple[str, int]:
-    """Read a double-quoted, backslash-escaped string starting at ``line[pos] == '"'``."""
-    out: list[str] = []
-    i = pos + 1
-    while i < len(line):
-        char = line[i]
-        if char == '"':
-            return "".join(out), i + 1
-        if char == "\\":
-            if i + 1 >= len(line):
-                break
-            nxt = line[i + 1]
-            if nxt not in _ESCAPES:
-                raise ParseError(f"invalid escape \\{nxt} at column {i + 1}")
-            out.append(_ESCAPES[nxt])
-            i += 2
-            continue
-        out.append(char)
-        i += 1
-    raise ParseError("unterminated quoted string")
-
-
-def escape_label_value(value: str) -> str:
-    """The inverse of label-value unescaping (for writing fixtures and test round trips)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _line_ending_at(text: str, end: int, width: int = 80) -> tuple[int, str]:
+    """The number and (shortened) text of the line that ends at ``end``: the last one read."""
+    start = text.rfind("\n", 0, max(end - 1, 0)) + 1
+    line = text[start:end].strip()
+    if len(line) > width:
+        line = line[: width - 1] + "…"
+    return text.count("\n", 0, start) + 1, line

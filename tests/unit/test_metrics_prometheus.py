@@ -1,4 +1,5 @@
-"""The Prometheus text-format parser, on a real vLLM scrape and on synthesized corner cases."""
+"""The scrape adapter over ``prometheus_client``'s parsers: a real vLLM scrape, synthesized corner
+cases in both formats (Prometheus text 0.0.4 and OpenMetrics 1.0), and the look-ups on top."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from dflashops.errors import ParseError
-from dflashops.metrics.prometheus import Histogram, Scrape, escape_label_value, parse_exposition
+from dflashops.metrics.prometheus import Histogram, Scrape, parse_exposition
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 REAL = FIXTURES / "real-vllm-0.32.0-cpu-ngram.txt"
-EDGE = FIXTURES / "synthesized-openmetrics-edge-cases.txt"
+TEXT_EDGE = FIXTURES / "synthesized-text-0.0.4-edge-cases.txt"
+OPENMETRICS_EDGE = FIXTURES / "synthesized-openmetrics-1.0-edge-cases.txt"
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +27,12 @@ def real() -> Scrape:
 
 @pytest.fixture(scope="module")
 def edge() -> Scrape:
-    return parse_exposition(EDGE.read_text())
+    return parse_exposition(TEXT_EDGE.read_text())
+
+
+@pytest.fixture(scope="module")
+def openmetrics() -> Scrape:
+    return parse_exposition(OPENMETRICS_EDGE.read_text())
 
 
 def test_real_scrape_counts_every_sample(real: Scrape) -> None:
@@ -33,10 +41,12 @@ def test_real_scrape_counts_every_sample(real: Scrape) -> None:
 
 
 def test_real_scrape_classic_counter_layout(real: Scrape) -> None:
-    # prometheus_client's classic output types the "_total" and "_created" samples themselves
-    family = real.families["vllm:spec_decode_num_drafts_total"]
+    # prometheus_client's classic output types the "_total" sample itself; the library names the
+    # family without it (OpenMetrics), and "_created" is a gauge family of its own
+    family = real.families["vllm:spec_decode_num_drafts"]
     assert family.type == "counter"
     assert family.help == "Number of spec decoding drafts."
+    assert [s.name for s in family.samples] == ["vllm:spec_decode_num_drafts_total"]
     assert real.families["vllm:spec_decode_num_drafts_created"].type == "gauge"
     assert real.value("vllm:spec_decode_num_drafts_total", model_name="tiny") == 164.0
     assert real.total("vllm:spec_decode_num_accepted_tokens_per_pos_total") == 592.0
@@ -90,9 +100,10 @@ def test_summary_family(real: Scrape) -> None:
 
 
 def test_escapes_in_labels_and_help(edge: Scrape) -> None:
-    family = edge.families["escapes_total"]
+    family = edge.families["escapes"]
     assert family.help == "A help text with a backslash \\ and a newline \n inside."
     (sample,) = family.samples
+    assert sample.name == "escapes_total"
     assert sample.labels == {
         "path": "C:\\temp\\x",
         "quote": 'say "hi"',
@@ -100,7 +111,7 @@ def test_escapes_in_labels_and_help(edge: Scrape) -> None:
         "comma": "a,b}c= d",
     }
     assert sample.value == 3.0
-    assert sample.timestamp == 1700000000000.0
+    assert sample.timestamp == 1700000000.0  # written in milliseconds, read in seconds
 
 
 def test_special_values(edge: Scrape) -> None:
@@ -117,15 +128,6 @@ def test_special_values(edge: Scrape) -> None:
     assert value("spaced") == -7.25
 
 
-def test_openmetrics_family_names_own_their_suffixes(edge: Scrape) -> None:
-    family = edge.families["om_requests"]
-    assert family.type == "counter"
-    assert family.unit == "requests"
-    assert [s.name for s in family.samples] == ["om_requests_total", "om_requests_created"]
-    assert edge.value("om_requests_total", code="200") == 10.0  # exemplar ignored
-    assert "om_requests_total" not in edge.families
-
-
 def test_histogram_and_summary_without_help(edge: Scrape) -> None:
     (hist,) = edge.histograms("latency_seconds")
     assert hist.buckets == ((0.1, 2.0), (0.5, 6.0), (1.0, 9.0), (math.inf, 10.0))
@@ -136,11 +138,41 @@ def test_histogram_and_summary_without_help(edge: Scrape) -> None:
     assert edge.value("rpc_seconds", quantile="0.99") == 0.9
 
 
-def test_quoted_metric_names_untyped_and_eof(edge: Scrape) -> None:
+def test_quoted_names_untyped_and_split_families(edge: Scrape) -> None:
     assert edge.value("my.dotted.metric") == 1.0
     assert edge.samples("my.dotted.metric")[0].labels == {"label.with.dots": "v"}
-    assert edge.families["no_type_or_help"].type == "untyped"
-    assert "after_eof_is_ignored" not in edge
+    family = edge.families["no_type_or_help"]
+    assert family.type == "unknown"
+    # its two samples are not adjacent: the library yields two families, merged here
+    assert [s.labels["shard"] for s in family.samples] == ["a", "b"]
+    assert edge.total("no_type_or_help") == 11.0
+
+
+def test_text_format_counter_without_total_is_renamed_by_the_library(edge: Scrape) -> None:
+    assert edge.families["legacy_counter"].type == "counter"
+    assert edge.value("legacy_counter_total") == 7.0
+    assert "legacy_counter" not in edge
+
+
+def test_openmetrics_family_names_own_their_suffixes(openmetrics: Scrape) -> None:
+    family = openmetrics.families["om_requests"]
+    assert family.type == "counter"
+    assert family.help == "Requests served."
+    assert [s.name for s in family.samples] == ["om_requests_total", "om_requests_created"]
+    assert openmetrics.value("om_requests_total", code="200") == 10.0  # exemplar dropped
+    assert openmetrics.samples("om_requests_total")[0].timestamp is None
+    assert openmetrics.families["om_payload_bytes"].unit == "bytes"
+    (hist,) = openmetrics.histograms("latency_seconds")  # an exemplar on a bucket, too
+    assert hist.count == 10.0 and hist.buckets[0] == (0.1, 2.0)
+    (dotted,) = openmetrics.samples("my.dotted.metric", **{"label.with.dots": "v"})
+    assert (dotted.value, dotted.timestamp) == (1.0, 1700000000.5)
+    assert openmetrics.families["my.dotted.metric"].type == "gauge"
+
+
+def test_openmetrics_is_strict_after_eof() -> None:
+    text = OPENMETRICS_EDGE.read_text()
+    with pytest.raises(ParseError, match=r"^line 18: Received line after \# EOF: more 1$"):
+        parse_exposition(text.replace("# EOF\n", "# EOF\nmore 1\n# EOF\n"))
 
 
 def test_histogram_delta() -> None:
@@ -154,26 +186,44 @@ def test_histogram_delta() -> None:
     assert Histogram("h", {}, (), 0.0, 0.0).quantile(0.5) is None
 
 
+def test_bucket_without_numeric_le() -> None:
+    scrape = parse_exposition('# TYPE h histogram\nh_bucket{le="x"} 1\nh_count 1\nh_sum 1\n')
+    with pytest.raises(ParseError, match="without a numeric le"):
+        scrape.histograms("h")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('m{a="1"', "unterminated|expected"),
-        ("m 1 2 3", "expected a value and an optional timestamp"),
-        ("m abc", "bad value 'abc'"),
-        ("m 1_000", "bad value"),
-        ("m{a=1} 1", "must be quoted"),
-        ('m{a="x\\q"} 1', "invalid escape"),
-        ('m{a="1",a="2"} 1', "given twice"),
-        ('m{1a="x"} 1', "bad label name"),
-        ("# TYPE m sometype", "unknown metric type"),
-        ("m1", "expected whitespace"),
-        ('{a="b"} 1', "expected a metric name"),
+        ('m{a="1"', "could not convert"),
+        ("m abc", "could not convert string to float: 'abc'"),
+        ("m 1_000", "Invalid value"),
+        ("m{a=1} 1", "Invalid labels"),
+        ('m{a="1",a="2"} 1', "Invalid labels"),
+        ('m{1a="x"} 1', "Invalid labels"),
+        ("# TYPE m sometype", "Invalid metric type: sometype"),
+        ("m1", "could not convert"),
+        ('{a="b"} 1', "malformed line"),
     ],
 )
 def test_malformed_lines_name_their_line(text: str, message: str) -> None:
     with pytest.raises(ParseError, match=message) as caught:
         parse_exposition(f"# HELP ok fine\nok 1\n{text}\n")
     assert caught.value.message.startswith("line 3:")
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "labels", "value"),
+    [
+        ("m 1 2 3", "m", {}, 1.0),  # fields after the timestamp: ignored
+        ('m{a="x\\q"} 1', "m", {"a": "x\\q"}, 1.0),  # an unknown escape stays verbatim
+    ],
+)
+def test_lenient_text_format_lines_the_library_accepts(
+    line: str, name: str, labels: dict[str, str], value: float
+) -> None:
+    (sample,) = parse_exposition(line + "\n").samples(name)
+    assert (dict(sample.labels), sample.value) == (labels, value)
 
 
 def test_type_after_samples_is_rejected() -> None:
@@ -187,13 +237,21 @@ def test_crlf_and_blank_lines() -> None:
     assert scrape.value("b", x="y") == 2.0
 
 
-_label_values = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
+def test_empty_scrape() -> None:
+    assert parse_exposition("").sample_names() == []
 
 
-@given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), _label_values))
-def test_label_values_round_trip(labels: dict[str, str]) -> None:
-    body = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels.items())
-    scrape = parse_exposition(f"metric{{{body}}} 1.5\n")
+_label_names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
+_label_values = st.text(alphabet=st.characters(codec="utf-8"), max_size=20)
+
+
+@given(st.dictionaries(_label_names, _label_values, max_size=4), st.floats(allow_nan=False))
+def test_what_prometheus_client_writes_reads_back(labels: dict[str, str], value: float) -> None:
+    """What vLLM serves is ``prometheus_client.generate_latest``: any label value round-trips."""
+    registry = CollectorRegistry()
+    gauge = Gauge("metric", "A gauge.", sorted(labels), registry=registry)
+    (gauge.labels(**labels) if labels else gauge).set(value)
+    scrape = parse_exposition(generate_latest(registry).decode())
     (sample,) = scrape.samples("metric")
     assert dict(sample.labels) == labels
-    assert sample.value == 1.5
+    assert sample.value == value
