@@ -52,7 +52,8 @@ from dflashops.inventory.load import Inventory, load_inventory  # noqa: E402
 from dflashops.lab.paths import lab_paths  # noqa: E402
 from dflashops.launch.core import launch  # noqa: E402
 from dflashops.playbook.load import load_playbook  # noqa: E402
-from dflashops.tune.live import LiveTuneJob, live_tune  # noqa: E402
+from dflashops.tune.live import live_tune  # noqa: E402
+from dflashops.tune.request import LiveTuneRequest  # noqa: E402
 from dflashops.tune.runs import measured_throughput  # noqa: E402
 from dflashops.tune.source import load_runs  # noqa: E402
 
@@ -116,24 +117,24 @@ def tune_once(
     book = workdir / f"tune-{index}" / "lab-decay.yaml"
     book.parent.mkdir(parents=True)
     shutil.copy(PLAYBOOK, book)
-    job = LiveTuneJob(
+    request = LiveTuneRequest(
         container=args.container,
-        playbook_path=book,
+        playbook=str(book),
         k_min=args.k_min,
         k_max=args.k_max,
         budget=args.budget,
         requests=args.tune_requests or args.requests,
-        workdir=book.parent,
+        probe_dir=book.parent,
     )
     started = time.monotonic()
-    outcome = live_tune(inventory, job).outcome
+    outcome = live_tune(inventory, request).outcome
     say(
         f"tune {index + 1}: k*={outcome.best_k} after launches {outcome.launches}, "
         f"predicted {outcome.predicted_tok_s:.1f}, measured {outcome.measured_tok_s or 0:.1f} tok/s"
     )
     return {
         "best_k": outcome.best_k,
-        "requests_per_bench": job.requests,
+        "requests_per_bench": request.requests,
         "launches": outcome.launches,
         "predicted_tok_s": outcome.predicted_tok_s,
         "measured_tok_s": outcome.measured_tok_s,

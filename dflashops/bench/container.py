@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from dflashops.bench.client import Api
 from dflashops.bench.models import BenchReport
+from dflashops.bench.progress import Progress, Say, as_progress
+from dflashops.bench.request import RecordedLabels
 from dflashops.bench.roofline import (
     RooflinePlan,
     attach_roofline,
@@ -21,8 +23,9 @@ from dflashops.bench.roofline import (
     probe_roofline_facts,
     tp_from_argv,
 )
-from dflashops.bench.runner import BenchSettings, Progress, Say, as_progress, run_benchmark_sync
+from dflashops.bench.runner import run_benchmark_sync
 from dflashops.bench.server_log import RemoteServerLog
+from dflashops.bench.settings import BenchSettings
 from dflashops.bench.target import resolve_target
 from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
@@ -61,6 +64,7 @@ def bench_container(
     log_path: str | None = None,
     connection: SshConnection | None = None,
     roofline: RooflineRequest | None = None,
+    labels: RecordedLabels | None = None,
 ) -> BenchReport:
     """Benchmark container ``name``'s server (the report is returned, not saved).
 
@@ -72,7 +76,8 @@ def bench_container(
     ``log_path`` overrides the server log (default: the layout's). ``connection`` replaces the SSH
     connection built from the inventory (it is then left open). ``roofline``: add the bandwidth
     roofline, from the container's GPUs and weights where the request is silent
-    (``bench.roofline``).
+    (``bench.roofline``). ``labels``: what the operator says the server runs, recorded in the
+    config before the run.
     """
     shown = as_progress(progress)
     with ExitStack() as stack:
@@ -99,7 +104,7 @@ def bench_container(
         report = run_benchmark_sync(
             target.endpoint,
             settings,
-            target.config,
+            labels.apply(target.config) if labels else target.config,
             progress=shown,
             server_log=server_log,
             stats_interval_s=target.stats_interval_s,

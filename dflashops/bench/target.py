@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dflashops.bench.client import Api, Endpoint
+from dflashops.bench.level import DEFAULT_STATS_INTERVAL_S
 from dflashops.bench.models import ResolvedConfig
-from dflashops.bench.runner import DEFAULT_STATS_INTERVAL_S
 from dflashops.deployment.access import server_address
 from dflashops.deployment.api_key import server_api_key
 from dflashops.deployment.layout import DEFAULT_LAYOUT

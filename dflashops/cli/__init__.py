@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "parse-log": "dflashops.cli.parse_log:parse_log",
     "report": "dflashops.cli.report:report",
     "tune": "dflashops.cli.tune:tune",
+    "tune-offline": "dflashops.cli.tune_offline:tune_offline",
     "compare": "dflashops.cli.compare:compare",
     "lab": "dflashops.cli.lab:lab",
 }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,13 +17,12 @@ from dflashops.cli.roofline_options import roofline_options
 if TYPE_CHECKING:
     import rich.progress
 
-    from dflashops.bench.client import Api
     from dflashops.bench.models import BenchReport, RequestRecord
-    from dflashops.bench.runner import Progress
-    from dflashops.playbook.models import Playbook
+    from dflashops.bench.progress import Progress
     from dflashops.roofline.request import RooflineRequest
 
 pass_app = click.make_pass_decorator(AppContext)
+# bench.entry.URL_API_KEY_ENV, spelled out: importing it here would load pydantic on --help
 URL_API_KEY_ENV = "DFLASHOPS_API_KEY"
 
 
@@ -49,7 +47,9 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
     "playbook_name",
     help="Playbook NAME or FILE. Default for NAME: the one playbook naming that container.",
 )
-@click.option("--model", help="Served model name. Default: the playbook's, else the first listed.")
+@click.option(
+    "--model", help="--url: the served model name. Default: the playbook's, else the first listed."
+)
 @click.option(
     "--api", type=click.Choice(["chat", "completions"]), default="chat", show_default=True
 )
@@ -90,7 +90,7 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 @click.option(
     "--server-log",
     metavar="PATH",
-    help="The server log inside the container (default /var/log/dflashops/server.log).",
+    help="NAME: the server log inside the container (default /var/log/dflashops/server.log).",
 )
 @roofline_options
 @click.option(
@@ -140,123 +140,51 @@ def bench(  # Click passes every option by keyword
     per step x acceptance length, and the share of it concurrency 1 reached (1000 / mean
     TPOT); a rate above it is flagged as a likely measurement error. --gpu, --bandwidth-gbps,
     --tp and --weights override what was found; with --url give them all."""
-    from dflashops.bench.client import Endpoint
-    from dflashops.bench.container import bench_container
-    from dflashops.bench.models import ResolvedConfig
-    from dflashops.bench.runner import BenchSettings, run_benchmark_sync
-    from dflashops.bench.target import describe
-    from dflashops.deployment.api_key import server_api_key
-    from dflashops.errors import BenchmarkError
+    from pydantic import ValidationError
 
-    if (name is None) == (url is None):
-        raise click.UsageError(
-            "give a container NAME or --url URL, not both"
-            if name
-            else "no server: give a container NAME or --url URL"
+    from dflashops.bench.entry import nothing_completed, run_bench
+    from dflashops.bench.request import BenchRequest, RecordedLabels, SettingsRequest
+    from dflashops.pydantic_errors import first_error_line
+
+    try:
+        request = BenchRequest(
+            container=name,
+            url=url,
+            playbook=playbook_name,
+            model=model,
+            api="chat" if api == "chat" else "completions",
+            settings=SettingsRequest(
+                workload=workload,
+                concurrency=_levels(concurrency),
+                requests=requests,
+                warmup_requests=warmup,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                ignore_eos=ignore_eos,
+                thinking=thinking,
+                label=label,
+            ),
+            labels=RecordedLabels(method=method, num_speculative_tokens=k),
+            api_key_env=api_key_env,
+            server_log=server_log,
+            roofline=roofline,
+            no_roofline=no_roofline,
         )
-    if name is not None and api_key_env:
-        raise click.UsageError("--api-key-env goes with --url; NAME uses server.api_key_env")
-    _check_roofline_options(roofline, no_roofline=no_roofline, url=url)
-    book = _playbook(playbook_name, name)
-    settings = BenchSettings.from_playbook(
-        book,
-        workload=workload,
-        concurrency=_levels(concurrency),
-        requests=requests,
-        warmup_requests=warmup,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        ignore_eos=ignore_eos,
-        thinking=thinking,
-        label=label,
-    )
-    chosen_api: Api = "chat" if api == "chat" else "completions"
-    given = {"method": method, "num_speculative_tokens": k}
-    recorded = {key: value for key, value in given.items() if value is not None}
+    except ValidationError as exc:
+        raise click.UsageError(first_error_line(exc)) from exc
     with bench_progress(enabled=not as_json) as progress:
-        if name is not None:
-            report = bench_container(
-                app.inventory(),
-                name,
-                book,
-                settings,
-                progress=progress,
-                api=chosen_api,
-                log_path=server_log,
-                roofline=None if no_roofline else roofline,
-            )
-        else:
-            assert url is not None
-            values, sources = describe(book)
-            key_env = api_key_env or (book.server.api_key_env if book else None)
-            key = (
-                server_api_key(key_env, os.environ, whose=url)
-                if key_env
-                else os.environ.get(URL_API_KEY_ENV)
-            )
-            endpoint = Endpoint(
-                url,
-                model=model or values.get("served_model_name"),
-                api=chosen_api,
-                api_key=key,
-            )
-            config = ResolvedConfig.model_validate({**values, "resolved_from": sources})
-            report = run_benchmark_sync(
-                endpoint,
-                settings,
-                config,
-                progress=progress,
-                notes=["server log not read: --url gives no SSH access (`bench NAME` reads it)"],
-            )
-            if roofline.names_hardware:
-                from dflashops.bench.roofline import attach_roofline, plan_roofline
-
-                report = attach_roofline(report, plan_roofline(roofline, None))
-    if recorded:
-        sources = {**report.config.resolved_from, **dict.fromkeys(recorded, "command line")}
-        config = report.config.model_copy(update={**recorded, "resolved_from": sources})
-        report = report.model_copy(update={"config": config})
+        report = run_bench(request, app.inventory, progress=progress)
     path = report.save(out or Path(f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"))
     _show(report, path, as_json)
-    empty = [lv for lv in report.levels if lv.completed == 0]
-    if empty:
-        raise BenchmarkError(
-            f"every request failed at concurrency {empty[0].max_concurrency}: "
-            f"{empty[0].errors[0] if empty[0].errors else 'no reply'}",
-            hint=f"the partial result is in {path}",
-        )
-
-
-def _check_roofline_options(
-    request: RooflineRequest, *, no_roofline: bool, url: str | None
-) -> None:
-    given = request.given_options()
-    if no_roofline and given:
-        raise click.UsageError(f"{given[0]} describes the roofline, which --no-roofline skips")
-    if url is None:
-        return
-    if no_roofline:
-        raise click.UsageError("--no-roofline is for NAME: with --url there is none unless asked")
-    if given and not request.names_hardware:
-        raise click.UsageError(f"{given[0]} is for the roofline: give --gpu or --bandwidth-gbps")
-    if request.names_hardware and request.weights is None:
-        raise click.UsageError("with --url the roofline needs --weights PATH|SIZE")
-
-
-def _playbook(given: str | None, container: str | None) -> Playbook | None:
-    from dflashops.deployment.playbooks import optional_container_playbook
-    from dflashops.playbook.load import load_playbook, resolve_playbook_path
-
-    if container is None:
-        return None if given is None else load_playbook(resolve_playbook_path(given))
-    return optional_container_playbook(container, given)
+    failure = nothing_completed(report, path)
+    if failure is not None:
+        raise failure
 
 
 @contextmanager
 def bench_progress(*, enabled: bool = True) -> Iterator[Progress]:
     """A rich ``Progress`` on stderr: per level requests done / total and output tok/s so far,
     plus what the run waits for between levels. ``lab demo`` shows the same."""
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         Progress,
@@ -265,6 +193,8 @@ def bench_progress(*, enabled: bool = True) -> Iterator[Progress]:
         TimeElapsedColumn,
     )
 
+    from dflashops.cli.console import make_console
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -272,7 +202,7 @@ def bench_progress(*, enabled: bool = True) -> Iterator[Progress]:
         TextColumn("{task.fields[count]}"),
         TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=make_console(stderr=True),
         transient=False,
         disable=not enabled,
     ) as bar:
@@ -325,8 +255,7 @@ def _show(report: BenchReport, path: Path, as_json: bool) -> None:
     if as_json:
         click.echo(dump_json(report_document([item])))
         return
-    from rich.console import Console
-
+    from dflashops.cli.console import make_console
     from dflashops.report.bench_view import (
         has_spec,
         level_errors,
@@ -335,7 +264,7 @@ def _show(report: BenchReport, path: Path, as_json: bool) -> None:
         spec_table,
     )
 
-    console = Console()
+    console = make_console()
     console.print(levels_table(item))
     if has_spec(item):
         console.print(spec_table(item))

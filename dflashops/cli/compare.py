@@ -90,8 +90,9 @@ def compare(
 
 
 def _show(outcome: CompareOutcome, saved: Path | None) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from dflashops.cli.console import make_console
 
     table = Table(title="speculative methods, same workload")
     for column in ("method", "k", "c", "tok/s", "TPOT ms", "accept len", "per-position"):
@@ -110,7 +111,7 @@ def _show(outcome: CompareOutcome, saved: Path | None) -> None:
             if not row.per_position_acceptance
             else ", ".join(f"{rate:.2f}" for rate in row.per_position_acceptance),
         )
-    console = Console()
+    console = make_console()
     console.print(table)
     for item in outcome.skipped:
         console.print(f"skipped {item.method}: {item.reason}", style="yellow")

@@ -123,9 +123,9 @@ def _show_failure(exc: Any, as_json: bool) -> None:
 
 
 def _show_report(report: Any) -> None:
-    from rich.console import Console
+    from dflashops.cli.console import make_console
 
-    console = Console()
+    console = make_console()
     if report.action == "dry-run":
         _show_plan(console, report)
         return

@@ -183,7 +183,8 @@ def _bench(inventory: Any, playbook: Any, report: DemoReport, state: Path, say: 
 def _tune(inventory: Any, book_path: Path, tuned: Path, report: DemoReport, say: Progress) -> str:
     """Tune k live on a copy of the playbook; the copy becomes ``tuned`` once k* is verified."""
     from dflashops.playbook.load import load_playbook
-    from dflashops.tune.live import LiveTuneJob, live_tune
+    from dflashops.tune.live import live_tune
+    from dflashops.tune.request import LiveTuneRequest
 
     if book_path == tuned:
         k = load_playbook(tuned).server.num_speculative_tokens
@@ -193,10 +194,10 @@ def _tune(inventory: Any, book_path: Path, tuned: Path, report: DemoReport, say:
     draft.write_text(book_path.read_text(encoding="utf-8"), encoding="utf-8")
     workdir = tuned.parent / "demo-tune"
     workdir.mkdir(parents=True, exist_ok=True)
-    job = LiveTuneJob(
-        container=DEMO_CONTAINER, playbook_path=draft, budget=TUNE_BUDGET, workdir=workdir
+    request = LiveTuneRequest(
+        container=DEMO_CONTAINER, playbook=str(draft), budget=TUNE_BUDGET, probe_dir=workdir
     )
-    result = live_tune(inventory, job, say=say)
+    result = live_tune(inventory, request, say=say)
     draft.replace(tuned)  # only a verified k* is kept: a failed tune leaves no tuned playbook
     outcome = result.outcome
     saved = result.report.save(workdir / "tune-verify.json")

@@ -1,10 +1,10 @@
 """``compare NAME --methods none,dflash,ngram,draft_model``: one workload, one row per method.
 
-Each method becomes a set of playbook overrides (``method_overrides``); a method the playbook
-cannot express (a checkpoint drafter other than the playbook's own, or MTP on a playbook that
-does not run it) is skipped with the reason. ``run_compare`` is pure over injected
-``launch(overrides)`` and ``bench(overrides) -> BenchReport`` steps; ``compare_container`` wires
-the real ones.
+Each method becomes a copy of the playbook that runs it (``playbook_for_method``), validated
+like the file; a method the playbook cannot express (a checkpoint drafter other than the
+playbook's own, or MTP on a playbook that does not run it) is skipped with the reason.
+``run_compare`` is pure over injected ``launch(playbook)`` and ``bench(playbook, method) ->
+BenchReport`` steps; ``compare_container`` wires the real ones, reading the playbook once.
 """
 
 from __future__ import annotations
@@ -12,25 +12,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from dflashops.bench.container import bench_container
+from dflashops.bench.models import BenchReport, LevelResult
+from dflashops.bench.settings import BenchSettings
 from dflashops.errors import TuneInputError
-from dflashops.playbook.models import Method
-
-if TYPE_CHECKING:
-    from dflashops.bench.models import BenchReport, LevelResult
-    from dflashops.inventory.load import Inventory
-    from dflashops.playbook.models import Playbook
+from dflashops.inventory.load import Inventory
+from dflashops.launch.core import launch
+from dflashops.playbook.load import load_playbook
+from dflashops.playbook.models import Drafter, Method, Playbook
+from dflashops.progress import Say, quiet
+from dflashops.pydantic_errors import first_error_line
 
 METHODS: tuple[str, ...] = get_args(Method)
 # k for a speculative method when the playbook runs none (vLLM's n-gram examples use 4)
 DEFAULT_K = 4
 
-Launch = Callable[[Sequence[str]], None]
-Bench = Callable[[Sequence[str], str], "BenchReport"]
-Say = Callable[[str], None]
+Launch = Callable[[Playbook], None]
+Bench = Callable[[Playbook, str], BenchReport]
 
 
 class MethodRow(BaseModel):
@@ -86,32 +88,29 @@ def parse_methods(text: str) -> list[str]:
     return list(dict.fromkeys(methods))
 
 
-def method_overrides(book: Playbook, method: str) -> list[str] | Skipped:
-    """The ``--set`` overrides that make ``book`` run ``method``, or why it cannot."""
+def playbook_for_method(book: Playbook, method: str) -> Playbook | Skipped:
+    """``book`` changed to run ``method`` (``book`` itself for its own method), or why it
+    cannot: none turns speculation off, ngram drops the drafter model and keeps the playbook's k
+    (``DEFAULT_K`` when it has none)."""
     own = book.drafter.method
-    k = book.server.num_speculative_tokens or DEFAULT_K
     if method == own:
-        return []
-    if method == "none":
-        return [
-            "drafter.method=none",
-            "drafter.model=null",
-            "drafter.ref=null",
-            "server.num_speculative_tokens=null",
-        ]
-    if method == "ngram":
-        return [
-            "drafter.method=ngram",
-            "drafter.model=null",
-            "drafter.ref=null",
-            f"server.num_speculative_tokens={k}",
-        ]
-    what = "a drafter checkpoint" if method != "mtp" else "a target with MTP layers"
-    return Skipped(
-        method=method,
-        reason=f"needs {what}; the playbook's drafter is {own} (compare it with a playbook "
-        f"that runs {method})",
-    )
+        return book
+    if method not in ("none", "ngram"):
+        what = "a drafter checkpoint" if method != "mtp" else "a target with MTP layers"
+        return Skipped(
+            method=method,
+            reason=f"needs {what}; the playbook's drafter is {own} (compare it with a playbook "
+            f"that runs {method})",
+        )
+    k = None if method == "none" else book.server.num_speculative_tokens or DEFAULT_K
+    server = book.server.model_copy(update={"num_speculative_tokens": k})
+    try:
+        # validated as a whole, as the file is: a method switch must fit the rest of the book
+        return Playbook.model_validate(
+            {**dict(book), "drafter": Drafter(method=method), "server": server}
+        )
+    except ValidationError as exc:
+        return Skipped(method=method, reason=f"the playbook cannot run it: {first_error_line(exc)}")
 
 
 def row_from_report(method: str, report: BenchReport) -> MethodRow:
@@ -140,18 +139,18 @@ def run_compare(
     book: Playbook, methods: Sequence[str], launch: Launch, bench: Bench, say: Say | None = None
 ) -> CompareOutcome:
     """Launch and bench each expressible method in turn (the same bench settings for all)."""
-    tell = say or (lambda _message: None)
+    tell = say or quiet
     outcome = CompareOutcome(rows=[], skipped=[])
     for method in methods:
-        overrides = method_overrides(book, method)
-        if isinstance(overrides, Skipped):
-            tell(f"{method}: skipped ({overrides.reason})")
-            outcome.skipped.append(overrides)
+        at = playbook_for_method(book, method)
+        if isinstance(at, Skipped):
+            tell(f"{method}: skipped ({at.reason})")
+            outcome.skipped.append(at)
             continue
         tell(f"{method}: launching")
-        launch(overrides)
+        launch(at)
         tell(f"{method}: benchmarking")
-        report = bench(overrides, method)
+        report = bench(at, method)
         outcome.reports.append(report)
         outcome.rows.append(row_from_report(method, report))
     return outcome
@@ -167,24 +166,19 @@ def compare_container(
     say: Say | None = None,
 ) -> tuple[CompareOutcome, BenchReport | None]:
     """The real launch and bench; the last bench carries the ``compare`` section."""
-    from dflashops.bench.container import bench_container
-    from dflashops.bench.runner import BenchSettings
-    from dflashops.launch.core import launch
-    from dflashops.playbook.load import load_playbook
-
-    tell = say or (lambda _message: None)
+    tell = say or quiet
     book = load_playbook(playbook_path)
+    # the workload is read once: every method runs the same one
     base = BenchSettings.from_playbook(book, requests=requests)
 
-    def launch_with(overrides: Sequence[str]) -> None:
-        launch(inventory, container, load_playbook(playbook_path, overrides), progress=tell)
+    def launch_at(at: Playbook) -> None:
+        launch(inventory, container, at, progress=tell)
 
-    def bench_with(overrides: Sequence[str], method: str) -> BenchReport:
+    def bench_at(at: Playbook, method: str) -> BenchReport:
         settings = base.model_copy(update={"label": f"{container} {method}"})
-        at = load_playbook(playbook_path, overrides)
         return bench_container(inventory, container, at, settings, progress=tell)
 
-    outcome = run_compare(book, methods, launch_with, bench_with, tell)
+    outcome = run_compare(book, methods, launch_at, bench_at, tell)
     if not outcome.reports:
         return outcome, None
     last = outcome.reports[-1]

@@ -9,6 +9,10 @@ The loop is pure over two injected steps, so it is tested without a server:
 when k* was not the last k launched, and always benches k* once more to check the prediction.
 ``set_num_speculative_tokens`` writes k* into a playbook file with a one-line text edit, so the
 file's comments and layout survive.
+
+``live_tune`` is the one core call of ``tune NAME``: it reads the playbook once, wires the real
+steps (``launch`` of the playbook at k, ``bench_container`` at concurrency 1, each report turned
+into a ``TuneRun`` in memory) and writes k* back.
 """
 
 from __future__ import annotations
@@ -17,21 +21,30 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pydantic import ValidationError
+
+from dflashops.bench.container import bench_container
+from dflashops.bench.models import BenchReport
+from dflashops.bench.settings import BenchSettings
+from dflashops.deployment.playbooks import playbook_for_container
 from dflashops.errors import TuneInputError
-from dflashops.tune.model import TuneResult
+from dflashops.inventory.load import Inventory
+from dflashops.launch.core import launch
+from dflashops.playbook.load import load_playbook
+from dflashops.playbook.models import Playbook
+from dflashops.progress import Say, quiet
+from dflashops.pydantic_errors import first_error_line
+from dflashops.roofline.request import RooflineRequest
+from dflashops.tune.model import TuneResult, TuneSettings
 from dflashops.tune.plan import Probe, TunePlan
+from dflashops.tune.request import LiveTuneRequest
 from dflashops.tune.runs import TuneRun, measured_throughput
-
-if TYPE_CHECKING:
-    from dflashops.bench.models import BenchReport
-    from dflashops.inventory.load import Inventory
-    from dflashops.playbook.models import Playbook
+from dflashops.tune.source import run_from_report
 
 Launch = Callable[[int], None]
 Measure = Callable[[int], TuneRun]
-Say = Callable[[str], None]
 
 _K_LINE = re.compile(r"^(?P<lead>\s*num_speculative_tokens:\s*)(?P<k>\d+)(?P<tail>[^\n]*)$", re.M)
 
@@ -97,7 +110,7 @@ def run_live_tune(
     plan: TunePlan, launch: Launch, measure: Measure, say: Say | None = None
 ) -> LiveTuneOutcome:
     """Probe as the plan asks, recommend, then launch (if needed) and bench k* once more."""
-    tell = say or (lambda _message: None)
+    tell = say or quiet
     runs: list[TuneRun] = []
     probes: list[Probe] = []
     launches: list[int] = []
@@ -153,90 +166,122 @@ def k_line_change(text: str, k: int) -> tuple[str, str] | None:
 
 
 @dataclass
-class LiveTuneJob:
-    """``tune NAME``: the container, its playbook file and how to search and measure."""
-
-    container: str
-    playbook_path: Path
-    overrides: tuple[str, ...] = ()
-    k_min: int | None = None
-    k_max: int | None = None
-    budget: int | None = None
-    requests: int | None = None
-    workdir: Path = Path()
-
-
-@dataclass
 class LiveTuneReport:
-    """The outcome, the verify bench carrying a ``tune`` section, and the playbook change."""
+    """The outcome, the verify bench carrying a ``tune`` section, the playbook file and the
+    change to its k line (None: it already says k*), and each probe's saved bench."""
 
     outcome: LiveTuneOutcome
     report: BenchReport
+    playbook_path: Path
     k_change: tuple[str, str] | None
     bench_files: list[Path]
 
 
 def live_tune(
-    inventory: Inventory, job: LiveTuneJob, *, say: Say | None = None, write: bool = True
+    inventory: Inventory, request: LiveTuneRequest, *, say: Say | None = None
 ) -> LiveTuneReport:
-    """Run the loop against the container's real server, then write k* into the playbook
-    (``write=False``: only report the change)."""
-    from dflashops.bench.container import bench_container
-    from dflashops.bench.runner import BenchSettings
-    from dflashops.launch.core import launch
-    from dflashops.playbook.load import load_playbook
-    from dflashops.roofline.request import RooflineRequest
-    from dflashops.tune.model import TuneSettings
-    from dflashops.tune.source import load_runs
+    """Run the loop against the container's real server, then write k* into the playbook file
+    (``request.write_playbook=False``: only report the change).
 
-    tell = say or (lambda _message: None)
-    book = load_playbook(job.playbook_path, job.overrides)
-    if book.drafter.method == "none" or not book.server.num_speculative_tokens:
+    The playbook is read once; each probe launches a copy of it at its k. A playbook whose k
+    line cannot be edited fails here, before the first launch."""
+    tell = say or quiet
+    path = playbook_for_container(request.container, request.playbook)
+    book = load_playbook(path)
+    current_k = book.server.num_speculative_tokens
+    if book.drafter.method == "none" or not current_k:
         raise TuneInputError(
-            f"{job.playbook_path}: the playbook runs without speculative decoding (no k to tune)",
+            f"{path}: the playbook runs without speculative decoding (no k to tune)",
             field="playbook",
         )
+    # k* is written by a one-line edit: a playbook without exactly one k line fails now
+    k_line_change(path.read_text(encoding="utf-8"), current_k)
     plan = TunePlan(
-        settings=TuneSettings(
-            k_min=job.k_min if job.k_min is not None else book.tune.k_min,
-            k_max=job.k_max if job.k_max is not None else book.tune.k_max,
-        ),
-        budget=job.budget if job.budget is not None else book.tune.budget,
-        current_k=book.server.num_speculative_tokens,
+        settings=_settings(request, book, path),
+        budget=request.budget if request.budget is not None else book.tune.budget,
+        current_k=current_k,
     )
-    reports: list[BenchReport] = []
-    files: list[Path] = []
+    steps = _ContainerSteps(inventory, request, book, tell)
+    outcome = run_live_tune(plan, steps.launch, steps.measure, tell)
+    text = path.read_text(encoding="utf-8")
+    change = k_line_change(text, outcome.best_k)
+    if request.write_playbook and change is not None:
+        path.write_text(set_num_speculative_tokens(text, outcome.best_k), encoding="utf-8")
+    final = steps.reports[-1].model_copy(
+        update={
+            "tune": outcome.section(),
+            "label": f"{request.container} tuned k={outcome.best_k}",
+        }
+    )
+    return LiveTuneReport(
+        outcome=outcome,
+        report=final,
+        playbook_path=path,
+        k_change=change,
+        bench_files=steps.files,
+    )
 
-    def book_at(k: int) -> Playbook:
-        return load_playbook(
-            job.playbook_path, [*job.overrides, f"server.num_speculative_tokens={k}"]
+
+def playbook_at_k(book: Playbook, k: int) -> Playbook:
+    """``book`` running ``num_speculative_tokens = k`` (k within the plan's checked range)."""
+    server = book.server.model_copy(update={"num_speculative_tokens": k})
+    return book.model_copy(update={"server": server})
+
+
+def _settings(request: LiveTuneRequest, book: Playbook, path: Path) -> TuneSettings:
+    """The request's range over the playbook's ``tune`` section; a mix of the two may not fit."""
+    try:
+        return TuneSettings(
+            k_min=request.k_min if request.k_min is not None else book.tune.k_min,
+            k_max=request.k_max if request.k_max is not None else book.tune.k_max,
+        )
+    except ValidationError as exc:
+        raise TuneInputError(
+            f"{path}: tune range: {first_error_line(exc)}",
+            field="k-min",
+            hint="give both --k-min and --k-max",
+        ) from exc
+
+
+class _ContainerSteps:
+    """The loop's real ``launch(k)`` and ``measure(k)`` on one container; every bench is kept
+    in memory (and saved to ``probe_dir`` when the request names one)."""
+
+    def __init__(
+        self, inventory: Inventory, request: LiveTuneRequest, book: Playbook, say: Say
+    ) -> None:
+        self.inventory = inventory
+        self.request = request
+        self.book = book
+        self.say = say
+        # the workload is read once: the bench section does not change with k
+        self.settings = BenchSettings.from_playbook(
+            book, concurrency=(1,), requests=request.requests
+        )
+        self.reports: list[BenchReport] = []
+        self.files: list[Path] = []
+
+    def launch(self, k: int) -> None:
+        launch(
+            self.inventory, self.request.container, playbook_at_k(self.book, k), progress=self.say
         )
 
-    def launch_at(k: int) -> None:
-        launch(inventory, job.container, book_at(k), progress=tell)
-
-    def measure(k: int) -> TuneRun:
-        at_k = book_at(k)
-        settings = BenchSettings.from_playbook(
-            at_k, concurrency=(1,), requests=job.requests, label=f"{job.container} k={k}"
-        )
+    def measure(self, k: int) -> TuneRun:
+        container = self.request.container
+        settings = self.settings.model_copy(update={"label": f"{container} k={k}"})
         # every bench carries the bandwidth roofline on a GPU server (a note on a CPU one)
         report = bench_container(
-            inventory, job.container, at_k, settings, progress=tell, roofline=RooflineRequest()
+            self.inventory,
+            container,
+            playbook_at_k(self.book, k),
+            settings,
+            progress=self.say,
+            roofline=RooflineRequest(),
         )
-        path = report.save(job.workdir / f"tune-{job.container}-{len(reports) + 1}-k{k}.json")
-        reports.append(report)
-        files.append(path)
-        return load_runs(path)[0]
-
-    outcome = run_live_tune(plan, launch_at, measure, tell)
-    text = job.playbook_path.read_text(encoding="utf-8")
-    change = k_line_change(text, outcome.best_k)
-    if write and change is not None:
-        job.playbook_path.write_text(
-            set_num_speculative_tokens(text, outcome.best_k), encoding="utf-8"
-        )
-    final = reports[-1].model_copy(
-        update={"tune": outcome.section(), "label": f"{job.container} tuned k={outcome.best_k}"}
-    )
-    return LiveTuneReport(outcome=outcome, report=final, k_change=change, bench_files=files)
+        self.reports.append(report)
+        origin = f"probe {len(self.reports)}"
+        if self.request.probe_dir is not None:
+            name = f"tune-{container}-{len(self.reports)}-k{k}.json"
+            self.files.append(report.save(self.request.probe_dir / name))
+            origin = name
+        return run_from_report(report, origin)

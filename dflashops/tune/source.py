@@ -1,4 +1,5 @@
-"""Reading measured runs from a file (``tune --from FILE``).
+"""Reading measured runs from a file (``tune-offline --from FILE``), or from a bench report in
+memory (live ``tune NAME``).
 
 The only place that knows file layouts; everything after it speaks ``TuneRun``. Two are read:
 
@@ -30,12 +31,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dflashops.bench.models import BenchReport
+from dflashops.bench.models import REPORT_KIND, BenchReport
 from dflashops.errors import BenchmarkError, TuneInputError
 from dflashops.tune.runs import TuneRun
-
-# the ``kind`` of a ``dflashops.bench.models.BenchReport`` (imported only when one is read)
-BENCH_KIND = "dflashops-bench"
 
 
 class RunsDocument(BaseModel):
@@ -55,7 +53,7 @@ def load_runs(path: Path) -> list[TuneRun]:
         raise TuneInputError(f"{path}: {exc.strerror or exc}", field="from") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TuneInputError(f"{path}: not JSON ({exc})", field="from") from exc
-    if isinstance(data, dict) and data.get("kind") == BENCH_KIND:
+    if isinstance(data, dict) and data.get("kind") == REPORT_KIND:
         return [_bench_run(path)]
     if isinstance(data, list):
         data = {"runs": data}
@@ -68,7 +66,7 @@ def load_runs(path: Path) -> list[TuneRun]:
         raise TuneInputError(
             f"{path}: {where}: {first['msg']}{more}",
             field="from",
-            hint="see `dflashops tune --help` for the run layout",
+            hint="see `dflashops tune-offline --help` for the run layout",
         ) from exc
     return [
         run if run.label else run.model_copy(update={"label": f"{path.name}#{index}"})
@@ -81,16 +79,23 @@ def _bench_run(path: Path) -> TuneRun:
         report = BenchReport.load(path)
     except BenchmarkError as exc:
         raise TuneInputError(exc.one_line(), field="from") from exc
+    return run_from_report(report, path.name, where=str(path))
+
+
+def run_from_report(report: BenchReport, origin: str, *, where: str | None = None) -> TuneRun:
+    """The run one bench report measured, labelled ``origin (report label)``; errors name
+    ``where`` (default ``origin``)."""
+    where = where or origin
     k = report.config.num_speculative_tokens
     if not k or report.config.method == "none":
         raise TuneInputError(
-            f"{path}: the benchmarked server ran without speculative decoding (no k to tune)",
+            f"{where}: the benchmarked server ran without speculative decoding (no k to tune)",
             field="from",
         )
     level = report.level(1)
     if level is None:
         raise TuneInputError(
-            f"{path}: no concurrency-1 level; the tuner models single-stream decode",
+            f"{where}: no concurrency-1 level; the tuner models single-stream decode",
             field="from",
             hint="bench with --concurrency 1",
         )
@@ -99,7 +104,7 @@ def _bench_run(path: Path) -> TuneRun:
     elif level.output_throughput > 0:
         rate = level.output_throughput
     else:
-        raise TuneInputError(f"{path}: the concurrency-1 level has no throughput", field="from")
+        raise TuneInputError(f"{where}: the concurrency-1 level has no throughput", field="from")
     drafts = level.spec_decode_num_drafts
     drafted = (
         level.spec_decode_draft_tokens / drafts
@@ -115,8 +120,8 @@ def _bench_run(path: Path) -> TuneRun:
             acceptance_length=level.spec_decode_acceptance_length,
             drafted_per_draft=drafted,
             num_drafts=drafts or None,
-            label=f"{path.name} ({report.display_label()})",
+            label=f"{origin} ({report.display_label()})",
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise TuneInputError(f"{path}: {first['msg']}", field="from") from exc
+        raise TuneInputError(f"{where}: {first['msg']}", field="from") from exc

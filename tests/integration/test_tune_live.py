@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,7 +42,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, st
 
 
 def test_live_tune_writes_a_verified_k(
-    lab: tuple[dict[str, str], Path], tmp_path: Path, record_property: pytest.RecordProperty
+    lab: tuple[dict[str, str], Path],
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
 ) -> None:
     env, inventory_path = lab
     book = tmp_path / "lab-decay.yaml"

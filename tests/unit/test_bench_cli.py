@@ -26,6 +26,9 @@ def test_bench_url_saves_a_report(tmp_path: Path) -> None:
     assert [lv.max_concurrency for lv in report.levels] == [1, 2]
     assert all(lv.completed == 4 for lv in report.levels)
     assert report.config.method == "dflash" and report.config.num_speculative_tokens == 4
+    # recorded before the run: the server's own view never overrode them
+    sources = report.config.resolved_from
+    assert sources["method"] == sources["num_speculative_tokens"] == "command line"
     assert report.levels[0].spec_decode_acceptance_length == 3.0
 
 

@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from dflashops.bench.client import Endpoint, RequestOptions, build_payload
 from dflashops.bench.models import BenchReport
-from dflashops.bench.runner import BenchSettings, SayProgress, as_progress
+from dflashops.bench.progress import SayProgress, as_progress
 from dflashops.bench.server_log import LogRead, check_window
+from dflashops.bench.settings import BenchSettings
 from dflashops.bench.target import (
     redact_argv,
     resolve_target,

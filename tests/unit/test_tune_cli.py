@@ -1,4 +1,5 @@
-"""``dflashops tune`` offline: the recommendation, --json, --from files and usage errors."""
+"""``dflashops tune-offline``: the recommendation, --json, --from files and usage errors; and
+``tune`` (live) pointing there when given offline options."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ COSTS = ["1:0.020", "2:0.022", "4:0.026", "8:0.034", "15:0.048"]
 
 
 def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, ["tune", *args])
+    return CliRunner().invoke(cli, ["tune-offline", *args])
 
 
 def run_json(*args: str) -> dict[str, Any]:
@@ -251,8 +252,49 @@ def test_help_states_the_model() -> None:
     assert "1 + R_0 + ... + R_{k-1}" in result.stdout
     assert "geometrically" in result.stdout
     assert "--drafted-per-draft" in result.stdout
+    assert "Examples:" in result.stdout and "dflashops tune-offline --acceptance" in result.stdout
+    assert "dflashops tune NAME" in result.stdout  # where the live tuner is
     top = CliRunner().invoke(cli, ["--help"])
-    assert "tune" in top.stdout
+    assert "tune-offline" in top.stdout and "tune " in top.stdout
+
+
+def test_live_help_teaches_how_assumptions_and_examples() -> None:
+    result = CliRunner().invoke(cli, ["tune", "--help"])
+    assert result.exit_code == 0
+    assert "tune [OPTIONS] NAME" in result.stdout
+    for section in ("How:", "Assumptions:", "Examples:", "dflashops tune lab-ct1"):
+        assert section in result.stdout
+    assert "--acceptance" not in result.stdout  # offline options live in tune-offline
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--acceptance", "0.5", "--step-cost", "1:0.02"], "--acceptance is for offline tuning"),
+        (["lab-ct1", "--from", "runs.json"], "--from is for offline tuning"),
+        (["lab-ct1", "--gpu", "H200"], "--gpu is for offline tuning"),
+        (["--tolerance", "0.1"], "--tolerance is for offline tuning"),
+        ([], "missing container NAME"),
+    ],
+)
+def test_live_tune_points_offline_options_to_tune_offline(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["tune", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and "dflashops tune-offline" in result.stderr
+    assert result.stdout == ""
+
+
+def test_live_tune_unknown_option_stays_a_plain_usage_error() -> None:
+    result = CliRunner().invoke(cli, ["tune", "lab-ct1", "--bogus"])
+    assert result.exit_code == 2
+    assert "No such option" in result.stderr and "tune-offline" not in result.stderr
+
+
+def test_live_tune_range_is_checked_before_anything_runs() -> None:
+    # no inventory is given: the request is refused before the inventory would be read
+    result = CliRunner().invoke(cli, ["tune", "lab-ct1", "--k-min", "5", "--k-max", "2"])
+    assert result.exit_code == 2
+    assert "--k-min 5 is above --k-max 2" in result.stderr
 
 
 def test_roofline_floor_raises_impossible_extrapolated_step_times() -> None:

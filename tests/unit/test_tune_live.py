@@ -1,14 +1,34 @@
-"""The live tune loop over an injected fake server, and the playbook's k line edit."""
+"""The live tune loop over an injected fake server, the playbook's k line edit, the live request,
+and what ``live_tune`` refuses before its first launch."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
 
 import pytest
+from pydantic import ValidationError
 
 from dflashops.errors import TuneInputError
+from dflashops.inventory.load import Inventory
+from dflashops.playbook.load import load_playbook
+from dflashops.pydantic_errors import first_error_line
 from dflashops.tune import TunePlan, TuneRun, TuneSettings
-from dflashops.tune.live import k_line_change, run_live_tune, set_num_speculative_tokens
+from dflashops.tune.live import (
+    k_line_change,
+    live_tune,
+    playbook_at_k,
+    run_live_tune,
+    set_num_speculative_tokens,
+)
+from dflashops.tune.request import LiveTuneRequest
+
+REPO = Path(__file__).resolve().parents[2]
+DECAY_BOOK = REPO / "playbooks" / "lab-decay.yaml"
+# live_tune refuses these requests before it reads the inventory or connects anywhere
+NO_INVENTORY = cast(Inventory, None)
 
 DECAY = [0.78, 0.53, 0.43, 0.32, 0.22, 0.15, 0.10, 0.07]
 
@@ -92,8 +112,6 @@ def test_relaunch_when_budget_ends_before_k_star() -> None:
 
 
 def test_section_is_json_ready() -> None:
-    import json
-
     server = FakeServer(DECAY)
     section = run_live_tune(plan(), server.launch, server.measure).section()
     data = json.loads(json.dumps(section))
@@ -126,3 +144,70 @@ def test_k_line_edit_keeps_comments_and_everything_else() -> None:
 def test_k_line_edit_refuses_zero_or_several_lines(text: str) -> None:
     with pytest.raises(TuneInputError, match="expected one"):
         set_num_speculative_tokens(text, 2)
+
+
+def test_a_probe_playbook_is_the_loaded_one_at_k() -> None:
+    book = load_playbook(DECAY_BOOK)
+    at_2 = playbook_at_k(book, 2)
+    assert at_2 == load_playbook(DECAY_BOOK, ["server.num_speculative_tokens=2"])
+    assert book.server.num_speculative_tokens == 4  # the loaded one is left as it was
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"k_min": 5, "k_max": 3}, "--k-min 5 is above --k-max 3"),
+        ({"k_max": 65}, "k_max"),
+        ({"budget": 1}, "budget"),
+        ({"container": ""}, "container"),
+        ({"requests": 0}, "requests"),
+        ({"k_mim": 2}, "unknown key"),
+    ],
+)
+def test_live_request_refuses_what_cannot_run(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        LiveTuneRequest.model_validate({"container": "lab-ct1", **fields})
+    assert message in first_error_line(caught.value)
+
+
+def test_live_request_takes_the_playbooks_defaults() -> None:
+    request = LiveTuneRequest(container="lab-ct1")
+    assert (request.k_min, request.k_max, request.budget, request.requests) == (None,) * 4
+    assert request.write_playbook and request.probe_dir is None
+
+
+def test_a_playbook_without_speculation_is_refused_before_any_launch(tmp_path: Path) -> None:
+    book = tmp_path / "plain.yaml"
+    text = DECAY_BOOK.read_text(encoding="utf-8")
+    plain = text.replace("  method: draft_model", "  method: none").replace(
+        "  num_speculative_tokens: 4\n", ""
+    )
+    plain = plain.replace(
+        "  model:\n    path: /opt/lab/models/tiny-qwen3-draft-decay\n    source: mount\n", ""
+    )
+    book.write_text(plain, encoding="utf-8")
+    request = LiveTuneRequest(container="lab-ct1", playbook=str(book))
+    with pytest.raises(TuneInputError, match="without speculative decoding"):
+        live_tune(NO_INVENTORY, request)
+
+
+def test_a_playbook_whose_k_line_cannot_be_edited_is_refused_before_any_launch(
+    tmp_path: Path,
+) -> None:
+    book = tmp_path / "flow.yaml"
+    text = DECAY_BOOK.read_text(encoding="utf-8")
+    # the same playbook, its k in a flow mapping: valid, but no `num_speculative_tokens: N` line
+    data = load_playbook(DECAY_BOOK).model_dump(mode="json")
+    book.write_text(json.dumps(data), encoding="utf-8")
+    assert "num_speculative_tokens: 4" in text and load_playbook(book) == load_playbook(DECAY_BOOK)
+    request = LiveTuneRequest(container="lab-ct1", playbook=str(book))
+    with pytest.raises(TuneInputError, match="expected one `num_speculative_tokens: N` line"):
+        live_tune(NO_INVENTORY, request)
+
+
+def test_a_range_outside_the_playbooks_is_a_tune_input_error() -> None:
+    # lab-decay's tune section says k_max 6: --k-min 8 alone cannot fit it
+    request = LiveTuneRequest(container="lab-ct1", playbook=str(DECAY_BOOK), k_min=8)
+    with pytest.raises(TuneInputError, match="k_min 8 is above k_max 6") as caught:
+        live_tune(NO_INVENTORY, request)
+    assert caught.value.hint == "give both --k-min and --k-max"

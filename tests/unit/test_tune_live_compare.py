@@ -1,8 +1,7 @@
-"""``compare``'s method overrides and loop over injected launch/bench, and the live CLI's usage."""
+"""``compare``'s per-method playbooks and loop over injected launch/bench, and the CLI's usage."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,15 +11,15 @@ from dflashops.bench.models import BenchReport, LevelResult, ResolvedConfig, Wor
 from dflashops.cli import cli
 from dflashops.errors import TuneInputError
 from dflashops.playbook.load import load_playbook
-from dflashops.tune.compare import Skipped, method_overrides, parse_methods, run_compare
+from dflashops.playbook.models import Playbook
+from dflashops.tune.compare import Skipped, parse_methods, playbook_for_method, run_compare
 
 REPO = Path(__file__).resolve().parents[2]
 DECAY_BOOK = REPO / "playbooks" / "lab-decay.yaml"
 RATES = {"draft_model": [0.78, 0.53, 0.43, 0.32], "ngram": [0.4, 0.2, 0.1, 0.05]}
 
 
-def fake_report(overrides: Sequence[str], method: str) -> BenchReport:
-    book = load_playbook(DECAY_BOOK, overrides)
+def fake_report(book: Playbook, method: str) -> BenchReport:
     k = book.server.num_speculative_tokens
     rates = RATES.get(method)
     length = 1 + sum(rates) if rates else None
@@ -55,17 +54,20 @@ def fake_report(overrides: Sequence[str], method: str) -> BenchReport:
     )
 
 
-def test_each_method_becomes_overrides_that_validate() -> None:
+def test_each_method_becomes_a_playbook_that_validates() -> None:
     book = load_playbook(DECAY_BOOK)
-    assert method_overrides(book, "draft_model") == []
+    assert playbook_for_method(book, "draft_model") is book
     for method in ("none", "ngram"):
-        overrides = method_overrides(book, method)
-        assert isinstance(overrides, list)
-        changed = load_playbook(DECAY_BOOK, overrides)
+        changed = playbook_for_method(book, method)
+        assert isinstance(changed, Playbook)
         assert changed.drafter.method == method and changed.drafter.model is None
         assert changed.server.num_speculative_tokens == (None if method == "none" else 4)
+        # the same change through the file and --set: the copy is what the loader would make
+        overrides = [f"drafter.method={method}", "drafter.model=null"]
+        overrides.append(f"server.num_speculative_tokens={'null' if method == 'none' else 4}")
+        assert changed == load_playbook(DECAY_BOOK, overrides)
     for method in ("dflash", "eagle3", "mtp"):
-        skipped = method_overrides(book, method)
+        skipped = playbook_for_method(book, method)
         assert isinstance(skipped, Skipped) and "draft_model" in skipped.reason
 
 
@@ -73,8 +75,8 @@ def test_compare_loop_launches_each_expressible_method_once() -> None:
     book = load_playbook(DECAY_BOOK)
     launched: list[str] = []
 
-    def launch(overrides: Sequence[str]) -> None:
-        launched.append(load_playbook(DECAY_BOOK, overrides).drafter.method)
+    def launch(at: Playbook) -> None:
+        launched.append(at.drafter.method)
 
     outcome = run_compare(book, parse_methods("none,dflash,ngram,draft_model"), launch, fake_report)
     assert launched == ["none", "ngram", "draft_model"]
@@ -96,14 +98,18 @@ def test_unknown_method_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("command", "args", "message"),
     [
-        (["lab-ct1", "--acceptance", "0.5"], "--acceptance is for offline tuning"),
-        (["--acceptance", "0.5", "--step-cost", "1:0.02,2:0.03", "--dry-run"], "--dry-run is for"),
-        (["--acceptance", "0.5", "--budget", "3"], "--budget is for live"),
+        ("tune", ["lab-ct1", "--acceptance", "0.5"], "--acceptance is for offline tuning"),
+        (
+            "tune-offline",
+            ["--acceptance", "0.5", "--step-cost", "1:0.02,2:0.03", "--dry-run"],
+            "--dry-run is for live tuning: `dflashops tune NAME --dry-run …`",
+        ),
+        ("tune-offline", ["--acceptance", "0.5", "--budget", "3"], "--budget is for live tuning"),
     ],
 )
-def test_live_and_offline_options_do_not_mix(args: list[str], message: str) -> None:
-    result = CliRunner().invoke(cli, ["tune", *args])
+def test_live_and_offline_options_do_not_mix(command: str, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, [command, *args])
     assert result.exit_code == 2
     assert message in result.output

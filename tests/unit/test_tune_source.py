@@ -69,7 +69,7 @@ def test_bench_report_becomes_one_run(tmp_path: Path) -> None:
 
 def test_three_bench_reports_tune_like_the_reference_curve(tmp_path: Path) -> None:
     paths = [save_report(tmp_path / f"k{k}.json", k, levels=[level(k)]) for k in (15, 1, 8)]
-    args = ["tune", "--json"]
+    args = ["tune-offline", "--json"]
     for path in paths:
         args += ["--from", str(path)]
     result = CliRunner().invoke(cli, args)
@@ -93,7 +93,7 @@ def test_bench_reports_that_cannot_tune_are_input_errors(tmp_path: Path) -> None
     with pytest.raises(TuneInputError, match="newer") as info:
         load_runs(newer)
     assert info.value.field == "from"
-    result = CliRunner().invoke(cli, ["tune", "--from", str(busy)])
+    result = CliRunner().invoke(cli, ["tune-offline", "--from", str(busy)])
     assert result.exit_code == 2 and "concurrency-1" in result.stderr
 
 
