@@ -256,34 +256,9 @@ def _show(report: BenchReport, path: Path, as_json: bool) -> None:
         click.echo(dump_json(report_document([item])))
         return
     from dflashops.cli.console import make_console
-    from dflashops.report.bench_view import (
-        has_spec,
-        level_errors,
-        levels_table,
-        roofline_line,
-        spec_table,
-    )
+    from dflashops.report.bench_view import bench_renderables
 
     console = make_console()
-    console.print(levels_table(item))
-    if has_spec(item):
-        console.print(spec_table(item))
-    if line := roofline_line(item):
-        console.print(line)
-    for level in report.levels:
-        check = level.server_log
-        if check is None:
-            continue
-        verdict = {True: "agrees with /metrics", False: "DISAGREES with /metrics", None: ""}
-        console.print(
-            f"server log, concurrency {level.max_concurrency}: {check.spec_decode_windows} "
-            f"spec-decode lines, Accepted {check.accepted_tokens} / Drafted "
-            f"{check.drafted_tokens} {verdict[check.agrees]}".rstrip()
-        )
-    for error in level_errors(item):
-        console.print(f"[red]failed requests[/red] {error}")
-    for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]")
-    for warning in [*report.warnings, *(w for lv in report.levels for w in lv.warnings)]:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+    for renderable in bench_renderables(item, with_config=False):
+        console.print(renderable)
     console.print(f"saved {path}")

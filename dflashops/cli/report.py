@@ -43,27 +43,12 @@ def report(
         click.echo(dump_json(report_document(items, plots, with_requests)))
         return
     from dflashops.cli.console import make_console
-    from dflashops.report.bench_view import (
-        comparison_rows,
-        comparison_table,
-        config_table,
-        has_spec,
-        level_errors,
-        levels_table,
-        roofline_line,
-        spec_table,
-    )
+    from dflashops.report.bench_view import bench_renderables, comparison_rows, comparison_table
 
     console = make_console()
     for item in items:
-        console.print(config_table(item))
-        console.print(levels_table(item))
-        if has_spec(item):
-            console.print(spec_table(item))
-        if line := roofline_line(item):
-            console.print(line)
-        for error in level_errors(item):
-            console.print(f"[red]failed requests[/red] {error}")
+        for renderable in bench_renderables(item, with_config=True):
+            console.print(renderable)
     if len(items) > 1:
         console.print(comparison_table(comparison_rows(items)))
     for path in plots:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from rich import box
+from rich.console import RenderableType
 from rich.table import Table
 
 from dflashops.bench.models import BenchReport, LevelResult
@@ -179,6 +180,33 @@ def level_errors(item: LabelledReport) -> list[str]:
         for lv in item.report.levels
         for error in lv.errors
     ]
+
+
+def bench_renderables(item: LabelledReport, *, with_config: bool) -> list[RenderableType]:
+    """Everything a human sees of one saved bench, in order: the config (``report`` shows it;
+    ``bench`` has just printed its progress instead), the levels, spec decoding, the roofline,
+    the server log's agreement with the counters, failed requests, notes and warnings."""
+    report = item.report
+    shown: list[RenderableType] = [config_table(item)] if with_config else []
+    shown.append(levels_table(item))
+    if has_spec(item):
+        shown.append(spec_table(item))
+    if line := roofline_line(item):
+        shown.append(line)
+    verdict = {True: "agrees with /metrics", False: "DISAGREES with /metrics", None: ""}
+    for level in report.levels:
+        check = level.server_log
+        if check is not None:
+            shown.append(
+                f"server log, concurrency {level.max_concurrency}: {check.spec_decode_windows} "
+                f"spec-decode lines, Accepted {check.accepted_tokens} / Drafted "
+                f"{check.drafted_tokens} {verdict[check.agrees]}".rstrip()
+            )
+    shown += [f"[red]failed requests[/red] {error}" for error in level_errors(item)]
+    shown += [f"[dim]note: {note}[/dim]" for note in report.notes]
+    warnings = [*report.warnings, *(w for lv in report.levels for w in lv.warnings)]
+    shown += [f"[yellow]warning:[/yellow] {warning}" for warning in warnings]
+    return shown
 
 
 def comparison_rows(items: Sequence[LabelledReport]) -> list[ComparisonRow]:

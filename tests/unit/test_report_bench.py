@@ -87,6 +87,18 @@ def test_single_report_table(saved: list[Path]) -> None:
     assert "Comparison" not in result.output
 
 
+def test_report_shows_what_bench_showed(tmp_path: Path) -> None:
+    """One rendering path: a saved result read back shows its notes and warnings too."""
+    saved = report("dflash", 4, 4.0, [90, 70, 50, 30]).model_copy(
+        update={"notes": ["prefix cache not reset"], "warnings": ["max_tokens 2000 capped"]}
+    )
+    path = saved.save(tmp_path / "r.json")
+    result = CliRunner().invoke(cli, ["report", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "note: prefix cache not reset" in result.output
+    assert "warning: max_tokens 2000 capped" in result.output
+
+
 def test_comparison_deltas(saved: list[Path]) -> None:
     items = label_reports([(p, BenchReport.load(p)) for p in saved])
     rows = comparison_rows(items)
