@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dflashops.bench.container import bench_container  # noqa: E402
-from dflashops.bench.runner import BenchSettings  # noqa: E402
+from dflashops.bench.settings import BenchSettings  # noqa: E402
 from dflashops.deployment.access import connect  # noqa: E402
 from dflashops.inventory.load import Inventory, load_inventory  # noqa: E402
 from dflashops.lab.paths import lab_paths  # noqa: E402

@@ -115,13 +115,8 @@ VLLM_CLIENT = textwrap.dedent(
 
 
 async def ours(url: str, concurrency: int, n: int, tokens: int) -> tuple[int, float]:
-    from dflashops.bench.client import (
-        Endpoint,
-        RequestOptions,
-        build_payload,
-        stream_request,
-        stream_session,
-    )
+    from dflashops.bench.client import RequestOptions, build_payload, stream_request, stream_session
+    from dflashops.bench.endpoint import Endpoint
     from dflashops.bench.workload import PromptSpec
 
     endpoint = Endpoint(url, model="tiny")

@@ -1,9 +1,16 @@
 """Benchmarks: the saved result model, workloads, the streaming client and its statistics.
 
-``models`` is the versioned ``BenchReport`` (JSON keys named as ``vllm bench serve`` names them),
-``workload`` the prompt sets, ``client`` the async streaming OpenAI client (``http1`` its lean
-HTTP/1.1 transport for plain-http servers), ``stats`` the per-level aggregation, ``runner`` the
-whole run against one server, ``server_log`` the log window of a level and its check against
-the counters, ``target`` what ``bench NAME`` resolves from inventory, playbook and
-``deployed.json``, and ``container`` the ``bench NAME`` core (``bench_container``).
+- ``request``: ``BenchRequest``, what ``bench`` was asked (container or URL, settings, labels,
+  roofline); ``entry``: ``run_bench``, the one core call for it.
+- ``settings``: ``BenchSettings`` (workload, levels, requests) from a playbook and overrides.
+- ``container``: ``bench NAME`` over the deployment contract (manifest, log over SSH);
+  ``target``: what the endpoint and ``ResolvedConfig`` are, from inventory, playbook and
+  ``deployed.json``.
+- ``runner``: the whole run against one server; ``level``: one concurrency level (warm-up,
+  measured requests, counters, log window); ``progress``: what a run tells its caller.
+- ``endpoint``: where requests go; ``client``: the streaming OpenAI client (aiohttp);
+  ``server_api``: ``/v1/models``, ``/version``, ``/metrics``, prefix-cache reset (httpx).
+- ``models``: the versioned ``BenchReport`` (JSON keys as ``vllm bench serve`` names them);
+  ``stats``: per-level aggregation; ``workload``: prompt sets; ``server_log``: a level's log
+  window and its check against the counters; ``roofline``: the bandwidth roofline of a report.
 """

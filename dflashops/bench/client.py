@@ -17,7 +17,7 @@ connections, its C HTTP parser, https, proxies from the environment). Each socke
 as it arrives (``iter_any``, one timestamp per read) and split into SSE events here, on bytes:
 aiohttp has no SSE reader, and a line or event iterator would wake a coroutine per line instead
 of per read. ``/v1/models``, ``/version``, ``/metrics`` and ``/reset_prefix_cache`` go through
-the run's httpx client.
+the run's httpx client (:mod:`dflashops.bench.server_api`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,15 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from dflashops.bench.endpoint import (
+    API_PATHS,
+    CONNECT_TIMEOUT_S,
+    Endpoint,
+    error_body_text,
+    one_line,
+)
 from dflashops.bench.models import RequestRecord
 from dflashops.bench.stats import tpot_ms
 from dflashops.bench.workload import PromptSpec
@@ -39,46 +46,13 @@ if TYPE_CHECKING:
     import aiohttp
     import httpx
 
-Api = Literal["chat", "completions"]
-API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # Tokens a chat template adds around the user's text; a prompt's UTF-8 byte count bounds its own
 # tokens from above for byte-level BPE vocabularies, so prompt + reserve never under-counts.
 PROMPT_TOKEN_RESERVE = 64
 _TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
-CONNECT_TIMEOUT_S = 10.0
 # after a stream's [DONE], how long to wait for the end of its HTTP body: aiohttp reuses a
 # connection only once the body has been read to its end
 DRAIN_S = 2.0
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where to send requests. ``base_url`` is the server root (a trailing ``/v1`` is dropped)."""
-
-    base_url: str
-    model: str | None = None
-    api: Api = "chat"
-    api_key: str | None = None
-    timeout_s: float = 900.0
-
-    def root(self) -> str:
-        return self.base_url.rstrip("/").removesuffix("/v1")
-
-    def url(self, path: str) -> str:
-        return self.root() + path
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """What ``/v1/models`` and ``/version`` tell about the server."""
-
-    model: str
-    models: tuple[str, ...]
-    max_model_len: int | None
-    version: str | None
 
 
 @dataclass(frozen=True)
@@ -96,16 +70,6 @@ class RequestOptions:
     thinking: bool | None = None
 
 
-def make_client(endpoint: Endpoint, concurrency: int) -> httpx.AsyncClient:
-    import httpx
-
-    return httpx.AsyncClient(
-        headers=endpoint.headers(),
-        timeout=httpx.Timeout(endpoint.timeout_s, connect=CONNECT_TIMEOUT_S),
-        limits=httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency),
-    )
-
-
 def stream_session(endpoint: Endpoint, concurrency: int) -> aiohttp.ClientSession:
     """The aiohttp session the streams of one batch share: at most ``concurrency`` kept-alive
     connections; no total timeout (``stream_request`` bounds each request by
@@ -118,79 +82,6 @@ def stream_session(endpoint: Endpoint, concurrency: int) -> aiohttp.ClientSessio
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
         trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as the httpx client honours them
     )
-
-
-async def fetch_server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> ServerInfo:
-    """The served model (``endpoint.model`` checked, else the first), its max_model_len, version."""
-    import httpx
-
-    try:
-        response = await client.get(endpoint.url("/v1/models"))
-    except httpx.HTTPError as exc:
-        raise BenchmarkError(
-            f"{endpoint.root()}: cannot reach the server: {_describe(exc)}",
-            hint="is it running? `dflashops status` shows the server's state",
-        ) from exc
-    if response.status_code != 200:
-        raise BenchmarkError(
-            f"{endpoint.root()}/v1/models: HTTP {response.status_code}: {_error_text(response)}"
-        )
-    try:
-        listed = response.json().get("data", [])
-    except (ValueError, AttributeError):
-        raise BenchmarkError(f"{endpoint.root()}/v1/models: not an OpenAI model list") from None
-    entries = [e for e in listed if isinstance(e, dict) and "id" in e]
-    ids = tuple(str(e["id"]) for e in entries)
-    if not ids:
-        raise BenchmarkError(f"{endpoint.root()}: the server lists no model")
-    model = endpoint.model or ids[0]
-    if model not in ids:
-        raise BenchmarkError(
-            f"{endpoint.root()}: no served model {model!r}", hint=f"served: {', '.join(ids)}"
-        )
-    entry = entries[ids.index(model)]
-    length = entry.get("max_model_len")
-    version = None
-    try:
-        reply = await client.get(endpoint.url("/version"))
-        if reply.status_code == 200 and reply.json().get("version"):
-            version = str(reply.json()["version"])
-    except (httpx.HTTPError, ValueError, AttributeError):
-        version = None  # SGLang and older servers have no /version: not fatal
-    return ServerInfo(
-        model=model,
-        models=ids,
-        max_model_len=length if isinstance(length, int) else None,
-        version=version,
-    )
-
-
-async def scrape_metrics(client: httpx.AsyncClient, endpoint: Endpoint) -> str | None:
-    """The ``/metrics`` text, or None when the server has no such endpoint."""
-    import httpx
-
-    try:
-        response = await client.get(endpoint.url("/metrics"))
-    except httpx.HTTPError as exc:
-        raise BenchmarkError(f"{endpoint.root()}/metrics: {_describe(exc)}") from exc
-    return response.text if response.status_code == 200 else None
-
-
-async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: Endpoint) -> bool | None:
-    """POST ``/reset_prefix_cache``: True when done, None when the server does not offer it.
-
-    vLLM serves it only with ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise, and 405 on servers that
-    know the path for GET only); an error reply or a lost connection is False.
-    """
-    import httpx
-
-    try:
-        response = await client.post(endpoint.url("/reset_prefix_cache"))
-    except httpx.HTTPError:
-        return False
-    if response.status_code in (404, 405):
-        return None
-    return response.status_code == 200
 
 
 def cap_max_tokens(requested: int, max_model_len: int | None, prompt_text: str) -> int:
@@ -359,7 +250,7 @@ async def stream_request(
         async with asyncio.timeout(endpoint.timeout_s):
             await _post_stream(session, endpoint.url(API_PATHS[endpoint.api]), body, stream)
     except aiohttp.ClientError as exc:  # first: aiohttp's own timeouts are TimeoutErrors too
-        stream.error = _one_line(exc)
+        stream.error = one_line(exc)
     except TimeoutError:
         if not stream.done:  # a finished stream was only waiting for the end of its body
             stream.error = f"timed out after {endpoint.timeout_s:g} s"
@@ -382,7 +273,7 @@ async def _post_stream(
         response = await session.post(url, data=body)
     async with response:
         if response.status != 200:
-            stream.error = f"HTTP {response.status}: {_error_body_text(await response.read())}"
+            stream.error = f"HTTP {response.status}: {error_body_text(await response.read())}"
             return
         async for data in response.content.iter_any():
             if stream.feed(data, time.perf_counter()):
@@ -466,35 +357,3 @@ async def run_requests(
         await asyncio.gather(*(worker() for _ in range(workers)))
         duration = time.perf_counter() - start
     return [r for r in records if r is not None], duration
-
-
-def _error_text(response: httpx.Response) -> str:
-    return _error_body_text(response.content) or response.reason_phrase
-
-
-def _error_body_text(content: bytes) -> str:
-    """The message of an error reply (OpenAI's ``{"error": {"message"}}``, FastAPI's
-    ``{"detail"}``, or the text itself), on one line."""
-    try:
-        body = json.loads(content)
-    except ValueError:
-        return " ".join(content.decode("utf-8", errors="replace").split())[:200]
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict):
-            return str(error.get("message") or error.get("detail") or error)[:200]
-        return str(body.get("message") or body.get("detail") or error)[:200]
-    return str(body)[:200]
-
-
-def _describe(exc: Exception) -> str:
-    import httpx
-
-    if isinstance(exc, httpx.TimeoutException):
-        return f"timed out ({type(exc).__name__})"
-    return _one_line(exc)
-
-
-def _one_line(exc: Exception) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

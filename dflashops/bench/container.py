@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
-from dflashops.bench.client import Api
+from dflashops.bench.endpoint import Api
 from dflashops.bench.models import BenchReport
-from dflashops.bench.progress import Progress, Say, as_progress
+from dflashops.bench.progress import Progress, as_progress
 from dflashops.bench.request import RecordedLabels
 from dflashops.bench.roofline import (
     RooflinePlan,
@@ -31,6 +31,7 @@ from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.deployment.manifest import DeployedManifest, read_manifest
 from dflashops.errors import DflashopsError
+from dflashops.progress import Say
 
 if TYPE_CHECKING:
     from dflashops.inventory.load import Inventory

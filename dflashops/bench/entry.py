@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dflashops.bench.client import Endpoint
 from dflashops.bench.container import bench_container
+from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.models import BenchReport, ResolvedConfig
-from dflashops.bench.progress import Progress, Say
+from dflashops.bench.progress import Progress
 from dflashops.bench.request import BenchRequest
 from dflashops.bench.roofline import attach_roofline, plan_roofline
 from dflashops.bench.runner import run_benchmark_sync
@@ -25,6 +25,7 @@ from dflashops.deployment.api_key import server_api_key
 from dflashops.deployment.playbooks import optional_container_playbook
 from dflashops.errors import BenchmarkError
 from dflashops.playbook.load import load_playbook, resolve_playbook_path
+from dflashops.progress import Say
 
 if TYPE_CHECKING:
     from dflashops.inventory.load import Inventory

@@ -21,16 +21,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from dflashops.bench.client import (
-    Endpoint,
-    RequestOptions,
-    ServerInfo,
-    reset_prefix_cache,
-    run_requests,
-    scrape_metrics,
-)
+from dflashops.bench.client import RequestOptions, run_requests
+from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.models import LevelResult, ServerLogCheck
 from dflashops.bench.progress import Progress
+from dflashops.bench.server_api import ServerInfo, reset_prefix_cache, scrape_metrics
 from dflashops.bench.server_log import ServerLog, check_window
 from dflashops.bench.settings import BenchSettings
 from dflashops.bench.stats import aggregate_level

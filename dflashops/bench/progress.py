@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 from dflashops.bench.models import RequestRecord
 from dflashops.progress import Say
 
-__all__ = ["Progress", "QuietProgress", "Say", "SayProgress", "as_progress"]
+__all__ = ["Progress", "QuietProgress", "SayProgress", "as_progress"]
 
 
 @runtime_checkable

@@ -7,25 +7,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from dflashops.bench.client import (
-    Endpoint,
-    RequestOptions,
-    ServerInfo,
-    fetch_server_info,
-    make_client,
-    max_tokens_caps,
-)
+from dflashops.bench.client import RequestOptions, max_tokens_caps
+from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.level import DEFAULT_STATS_INTERVAL_S, LevelRun
 from dflashops.bench.models import BenchReport, ResolvedConfig, WorkloadInfo
-from dflashops.bench.progress import Progress, Say, as_progress
+from dflashops.bench.progress import Progress, as_progress
+from dflashops.bench.server_api import ServerInfo, fetch_server_info, make_client
 from dflashops.bench.server_log import ServerLog
 from dflashops.bench.settings import BenchSettings
 from dflashops.errors import BenchmarkError
+from dflashops.progress import Say
+
 
 # the types of run_benchmark's signature, importable with it
-__all__ = ["BenchSettings", "Progress", "Say", "run_benchmark", "run_benchmark_sync"]
-
-
 async def run_benchmark(
     endpoint: Endpoint,
     settings: BenchSettings,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from dflashops.bench.client import Api, Endpoint
+from dflashops.bench.endpoint import Api, Endpoint
 from dflashops.bench.level import DEFAULT_STATS_INTERVAL_S
 from dflashops.bench.models import ResolvedConfig
 from dflashops.deployment.access import server_address

@@ -163,7 +163,7 @@ def _first_request(report: DemoReport, playbook: Any) -> str:
 
 def _bench(inventory: Any, playbook: Any, report: DemoReport, state: Path, say: Progress) -> str:
     from dflashops.bench.container import bench_container
-    from dflashops.bench.runner import BenchSettings
+    from dflashops.bench.settings import BenchSettings
 
     settings = BenchSettings.from_playbook(playbook)
     result = bench_container(inventory, DEMO_CONTAINER, playbook, settings, progress=say)

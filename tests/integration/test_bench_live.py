@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from dflashops.bench.client import Endpoint
 from dflashops.bench.container import bench_container
+from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.models import BenchReport, LevelResult
-from dflashops.bench.runner import BenchSettings, run_benchmark_sync
+from dflashops.bench.runner import run_benchmark_sync
 from dflashops.bench.server_log import RATE_TOLERANCE, LogRead, RemoteServerLog
+from dflashops.bench.settings import BenchSettings
 from dflashops.bench.workload import REFERENCE_PROMPT, PromptSpec, Workload, load_jsonl
 from dflashops.cli import cli
 from dflashops.deployment.layout import Layout

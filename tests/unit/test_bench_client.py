@@ -21,15 +21,15 @@ import pytest
 
 from dflashops.bench.client import (
     PROMPT_TOKEN_RESERVE,
-    Endpoint,
     RequestOptions,
     cap_max_tokens,
-    fetch_server_info,
-    make_client,
     run_requests,
 )
+from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.models import RequestRecord
-from dflashops.bench.runner import BenchSettings, run_benchmark_sync
+from dflashops.bench.runner import run_benchmark_sync
+from dflashops.bench.server_api import fetch_server_info, make_client
+from dflashops.bench.settings import BenchSettings
 from dflashops.bench.workload import REFERENCE_PROMPT, load_workload
 from dflashops.errors import BenchmarkError
 

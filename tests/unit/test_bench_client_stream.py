@@ -22,15 +22,15 @@ from hypothesis import strategies as st
 
 from dflashops.bench import client as bench_client
 from dflashops.bench.client import (
-    Endpoint,
     RequestOptions,
     _Stream,
-    make_client,
     run_requests,
     stream_request,
     stream_session,
 )
+from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.models import RequestRecord
+from dflashops.bench.server_api import make_client
 from dflashops.bench.workload import load_workload
 
 Reply = Callable[[asyncio.StreamWriter, bytes], Awaitable[bool]]

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from dflashops.bench.client import Endpoint, RequestOptions, build_payload
+from dflashops.bench.client import RequestOptions, build_payload
+from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.models import BenchReport
 from dflashops.bench.progress import SayProgress, as_progress
 from dflashops.bench.server_log import LogRead, check_window

@@ -1,0 +1,106 @@
+"""The server's side questions a benchmark asks over httpx, around the streams: which model it
+serves (``/v1/models``, ``/version``), its counters (``/metrics``), and a prefix-cache reset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from dflashops.bench.endpoint import CONNECT_TIMEOUT_S, Endpoint, error_body_text, one_line
+from dflashops.errors import BenchmarkError
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What ``/v1/models`` and ``/version`` tell about the server."""
+
+    model: str
+    models: tuple[str, ...]
+    max_model_len: int | None
+    version: str | None
+
+
+def make_client(endpoint: Endpoint, concurrency: int) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        headers=endpoint.headers(),
+        timeout=httpx.Timeout(endpoint.timeout_s, connect=CONNECT_TIMEOUT_S),
+        limits=httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency),
+    )
+
+
+async def fetch_server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> ServerInfo:
+    """The served model (``endpoint.model`` checked, else the first), its max_model_len, version."""
+    try:
+        response = await client.get(endpoint.url("/v1/models"))
+    except httpx.HTTPError as exc:
+        raise BenchmarkError(
+            f"{endpoint.root()}: cannot reach the server: {_describe(exc)}",
+            hint="is it running? `dflashops status` shows the server's state",
+        ) from exc
+    if response.status_code != 200:
+        raise BenchmarkError(
+            f"{endpoint.root()}/v1/models: HTTP {response.status_code}: {_error_text(response)}"
+        )
+    try:
+        listed = response.json().get("data", [])
+    except (ValueError, AttributeError):
+        raise BenchmarkError(f"{endpoint.root()}/v1/models: not an OpenAI model list") from None
+    entries = [e for e in listed if isinstance(e, dict) and "id" in e]
+    ids = tuple(str(e["id"]) for e in entries)
+    if not ids:
+        raise BenchmarkError(f"{endpoint.root()}: the server lists no model")
+    model = endpoint.model or ids[0]
+    if model not in ids:
+        raise BenchmarkError(
+            f"{endpoint.root()}: no served model {model!r}", hint=f"served: {', '.join(ids)}"
+        )
+    entry = entries[ids.index(model)]
+    length = entry.get("max_model_len")
+    version = None
+    try:
+        reply = await client.get(endpoint.url("/version"))
+        if reply.status_code == 200 and reply.json().get("version"):
+            version = str(reply.json()["version"])
+    except (httpx.HTTPError, ValueError, AttributeError):
+        version = None  # SGLang and older servers have no /version: not fatal
+    return ServerInfo(
+        model=model,
+        models=ids,
+        max_model_len=length if isinstance(length, int) else None,
+        version=version,
+    )
+
+
+async def scrape_metrics(client: httpx.AsyncClient, endpoint: Endpoint) -> str | None:
+    """The ``/metrics`` text, or None when the server has no such endpoint."""
+    try:
+        response = await client.get(endpoint.url("/metrics"))
+    except httpx.HTTPError as exc:
+        raise BenchmarkError(f"{endpoint.root()}/metrics: {_describe(exc)}") from exc
+    return response.text if response.status_code == 200 else None
+
+
+async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: Endpoint) -> bool | None:
+    """POST ``/reset_prefix_cache``: True when done, None when the server does not offer it.
+
+    vLLM serves it only with ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise, and 405 on servers that
+    know the path for GET only); an error reply or a lost connection is False.
+    """
+    try:
+        response = await client.post(endpoint.url("/reset_prefix_cache"))
+    except httpx.HTTPError:
+        return False
+    if response.status_code in (404, 405):
+        return None
+    return response.status_code == 200
+
+
+def _error_text(response: httpx.Response) -> str:
+    return error_body_text(response.content) or response.reason_phrase
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({type(exc).__name__})"
+    return one_line(exc)
