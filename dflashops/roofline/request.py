@@ -1,7 +1,7 @@
 """What an operator asks of the roofline (``--gpu``, ``--bandwidth-gbps``, ``--tp``, ``--weights``,
 ``--active-params``, ``--extra-bytes``), turned into a ``RooflineSpec``.
 
-``tune`` (offline) needs every hardware fact from the request. ``bench NAME`` probes the container
+``tune-offline`` needs every hardware fact from the request. ``bench NAME`` probes the container
 for the GPU name and the weights' size and lets the request override each of them, so the
 builder takes probed values as fallbacks.
 """
