@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dflashops.bench.models import BenchReport, LevelResult, ResolvedConfig, WorkloadInfo
+from dflashops.bench.models import BenchReport, LevelResult
 from dflashops.cli import cli
 from dflashops.errors import TuneInputError
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
 from dflashops.tune.compare import Skipped, parse_methods, playbook_for_method, run_compare
+from tests.support.reports import bench_report
 
 REPO = Path(__file__).resolve().parents[2]
 DECAY_BOOK = REPO / "playbooks" / "lab-decay.yaml"
@@ -37,20 +38,12 @@ def fake_report(book: Playbook, method: str) -> BenchReport:
         spec_decode_acceptance_length=length,
         spec_decode_per_position_acceptance_rates=rates,
     )
-    return BenchReport(
-        config=ResolvedConfig(
-            container="lab-ct1", method=book.drafter.method, num_speculative_tokens=k
-        ),
-        workload=WorkloadInfo(
-            name="smoke",
-            num_prompts=1,
-            requests_per_level=3,
-            warmup_requests=1,
-            max_tokens=128,
-            temperature=0.0,
-            ignore_eos=False,
-        ),
-        levels=[level],
+    return bench_report(
+        [level],
+        workload={"max_tokens": 128},
+        container="lab-ct1",
+        method=book.drafter.method,
+        num_speculative_tokens=k,
     )
 
 

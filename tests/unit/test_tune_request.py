@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from dflashops.bench.models import BenchReport, LevelResult, ResolvedConfig, WorkloadInfo
+from dflashops.bench.models import BenchReport, LevelResult
 from dflashops.errors import TuneInputError
 from dflashops.pydantic_errors import first_error_line
 from dflashops.roofline.request import RooflineRequest
@@ -17,6 +17,7 @@ from dflashops.tune.offline import recommend_offline
 from dflashops.tune.request import OfflineTuneRequest
 from dflashops.tune.runs import TuneRun
 from dflashops.tune.source import load_runs, run_from_report
+from tests.support import reports
 
 REFERENCE = (0.80, 0.574, 0.40, 0.236, 0.1, 0.05, 0.02)
 COSTS = tuple(
@@ -90,20 +91,13 @@ def bench_report(k: int | None, method: str = "draft_model") -> BenchReport:
         spec_decode_draft_tokens=400,
         spec_decode_per_position_acceptance_rates=[0.8, 0.5, 0.2, 0.1],
     )
-    return BenchReport(
-        label="lab-ct1 k=4",
-        config=ResolvedConfig(method=method, num_speculative_tokens=k),
-        workload=WorkloadInfo(
-            name="smoke",
-            num_prompts=1,
-            requests_per_level=3,
-            warmup_requests=1,
-            max_tokens=128,
-            temperature=0.0,
-            ignore_eos=True,
-        ),
-        levels=[level],
+    report = reports.bench_report(
+        [level],
+        workload={"max_tokens": 128, "ignore_eos": True},
+        method=method,
+        num_speculative_tokens=k,
     )
+    return report.model_copy(update={"label": "lab-ct1 k=4"})
 
 
 def test_a_report_in_memory_is_the_run_its_saved_file_gives(tmp_path: Path) -> None:
