@@ -237,7 +237,7 @@ def test_dflash_reference_request_is_capped_with_a_warning(
     assert record.max_tokens is not None and 300 < record.max_tokens < 512
     assert record.output_tokens == record.max_tokens  # ignore_eos (the playbook default)
     assert report.config.resolved_from["url"] == "playbook"
-    assert any("no " in n and "absent.json" in n for n in report.notes)
+    assert any("no " in n and "absent/deployed.json" in n for n in report.notes)
 
 
 def test_dflash_cli_bench_url_skips_the_log(dflash_server: VllmServer, tmp_path: Path) -> None:
