@@ -19,7 +19,6 @@ from dflashops.errors import BenchmarkError
 from dflashops.progress import Say
 
 
-# the types of run_benchmark's signature, importable with it
 async def run_benchmark(
     endpoint: Endpoint,
     settings: BenchSettings,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.options import playbook_option
 from dflashops.cli.roofline_options import roofline_options
 
 if TYPE_CHECKING:
@@ -41,12 +42,7 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 @click.command("bench", short_help="Benchmark a container's server (or a URL); save the JSON.")
 @click.argument("name", required=False)
 @click.option("--url", help="Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).")
-@click.option(
-    "-p",
-    "--playbook",
-    "playbook_name",
-    help="Playbook NAME or FILE. Default for NAME: the one playbook naming that container.",
-)
+@playbook_option
 @click.option(
     "--model", help="--url: the served model name. Default: the playbook's, else the first listed."
 )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.options import playbook_option
 
 if TYPE_CHECKING:
     from dflashops.tune.compare import CompareOutcome
@@ -18,12 +19,7 @@ pass_app = click.make_pass_decorator(AppContext)
 
 @click.command("compare", short_help="Launch and bench each speculative method; one table.")
 @click.argument("name")
-@click.option(
-    "-p",
-    "--playbook",
-    "playbook_name",
-    help="Playbook NAME or FILE. Default: the one playbook naming the container.",
-)
+@playbook_option
 @click.option(
     "--methods",
     default="none,dflash,ngram,draft_model",

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from dflashops.cli.context import dump_json
+from dflashops.cli.options import playbook_option
 
 _REGISTRY = click.option(
     "--registry",
@@ -121,9 +122,7 @@ def diff(
 
 @drafter.command("push")
 @click.argument("name")
-@click.option(
-    "-p", "--playbook", "playbook_name", metavar="PLAYBOOK", help="Playbook name or file."
-)
+@playbook_option
 @click.option(
     "--from",
     "source",

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.options import playbook_option
 from dflashops.cli.progress import spinner
 
 pass_app = click.make_pass_decorator(AppContext)
@@ -32,9 +33,7 @@ def _playbook_path(container: str, given: str | None) -> Path:
 
 @click.command()
 @click.argument("name")
-@click.option(
-    "-p", "--playbook", "playbook_name", metavar="PLAYBOOK", help="Playbook name or file."
-)
+@playbook_option
 @click.option(
     "--set",
     "overrides",

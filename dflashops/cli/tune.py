@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.options import playbook_option
 
 if TYPE_CHECKING:
     from dflashops.tune.live import LiveTuneReport
@@ -111,12 +112,7 @@ Examples:
 """,
 )
 @click.argument("name")
-@click.option(
-    "-p",
-    "--playbook",
-    "playbook_name",
-    help="Playbook NAME or FILE. Default: the one playbook naming the container.",
-)
+@playbook_option
 @click.option(
     "--budget",
     type=click.IntRange(2, 64),
