@@ -5,6 +5,7 @@ preflight imports it inside an engine venv. ``report`` (pydantic) and ``view`` (
 side and are imported only by ``dflashops.cli.drafter``.
 
 - ``files.read_drafter`` / ``read_target`` -> ``DrafterFiles`` / ``TargetFiles``
+- ``formats``: z-lab's layout and the speculators library's, and the one view the checks read
 - ``registry.load_registry()`` -> ``Registry`` (``.resolve(ref)``, ``.match(drafter)``)
 - ``validate.validate_drafter(drafter, target, ref, engine, k)`` -> ``CheckResult``
 - ``check.check_paths`` / ``diff_paths``: the above from command-line locations

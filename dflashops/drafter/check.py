@@ -6,7 +6,7 @@ Standard library only, so the server preflight can run exactly what ``drafter ch
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -20,7 +20,8 @@ from dflashops.drafter.files import (
     read_json_object,
     read_target,
 )
-from dflashops.drafter.registry import Match, load_registry, parse_entry
+from dflashops.drafter.formats import SPECULATORS, ZLAB_ONLY, file_key
+from dflashops.drafter.registry import Match, RegistryEntry, load_registry, parse_entry
 from dflashops.drafter.result import CheckResult
 from dflashops.drafter.validate import validate_drafter
 
@@ -74,12 +75,21 @@ def diff_paths(drafter: str, against: str, registry_paths: Iterable[Path] = ()) 
     registry = load_registry(registry_paths)
     entry = registry.find(against)
     if entry is not None:
-        return DiffRun(files, entry.name, "registry", diff_against_entry(files.config, entry))
+        return DiffRun(files, entry.name, "registry", _against_entry(files, entry))
     path = Path(against).expanduser()
     if path.is_dir():
         path = path / CONFIG_FILE
     other = read_json_object(path, "config")
     if "schema" in other and "keys" in other:
         entry = parse_entry(other, str(path))
-        return DiffRun(files, str(path), "registry", diff_against_entry(files.config, entry))
+        return DiffRun(files, str(path), "registry", _against_entry(files, entry))
     return DiffRun(files, str(path), "file", diff_configs(files.config, other))
+
+
+def _against_entry(files: DrafterFiles, entry: RegistryEntry) -> list[DiffLine]:
+    """The reference's keys, read where the engine reads them and named where the file has
+    them (a speculators-layout drafter is read as the engine converts it)."""
+    lines = diff_against_entry(files.checked_config, entry)
+    if files.format == SPECULATORS:
+        lines = [line for line in lines if not (line.key in ZLAB_ONLY and line.status == "missing")]
+    return [replace(line, key=file_key(line.key, files.config)) for line in lines]

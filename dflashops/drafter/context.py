@@ -27,7 +27,11 @@ class CheckContext:
 
     @property
     def cfg(self) -> Mapping[str, Any]:
-        return self.drafter.config
+        return self._cfg
+
+    def __post_init__(self) -> None:
+        # read once: every rule reads the config in the z-lab layout the engine builds
+        self._cfg = self.drafter.checked_config
 
     def add(
         self, severity: Severity, key: str, expected: str, found: str, why: str, *, check: str

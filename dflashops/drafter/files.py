@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from dflashops.drafter.formats import Format, checked_view, config_format
 from dflashops.drafter.keys import MISSING, is_int, type_name
 from dflashops.drafter.safetensors import WeightsInfo, read_weights
 from dflashops.errors import DrafterError
@@ -75,6 +76,16 @@ class DrafterFiles:
     path: str | None = None
     weights: WeightsInfo | None = None
     tokenizer: TokenizerInfo | None = None
+
+    @property
+    def format(self) -> Format:
+        """The layout of ``config``: z-lab's or the speculators library's."""
+        return config_format(self.config)
+
+    @property
+    def checked_config(self) -> dict[str, Any]:
+        """``config`` in the z-lab layout, as the engine reads it (the checks read this)."""
+        return checked_view(self.config)
 
 
 @dataclass(frozen=True)

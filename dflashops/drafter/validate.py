@@ -20,6 +20,10 @@ Each rule lives in one ``checks_*`` module; this one fixes their order and what 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
 from dflashops.drafter.checks_config import (
     check_architecture,
     check_block_size,
@@ -33,8 +37,10 @@ from dflashops.drafter.checks_weights import check_weights
 from dflashops.drafter.context import CheckContext, target_facts
 from dflashops.drafter.engine import EngineSpec, engine_findings
 from dflashops.drafter.files import DrafterFiles, TargetFiles
+from dflashops.drafter.formats import LAYER_CONFIG, SPECULATORS, ZLAB_ONLY, file_key
+from dflashops.drafter.keys import MISSING, show
 from dflashops.drafter.registry import RegistryEntry
-from dflashops.drafter.result import CheckResult, merge_by_key
+from dflashops.drafter.result import CheckResult, Finding, merge_by_key
 
 
 def validate_drafter(
@@ -82,4 +88,29 @@ def validate_drafter(
     if engine is not None:
         found, env = engine_findings(engine, shape)
         ctx.findings.extend(found)
+    if drafter.format == SPECULATORS:
+        ctx.findings = speculators_findings(drafter.config, ctx.findings)
     return CheckResult.of(merge_by_key(ctx.findings), env)
+
+
+def speculators_findings(config: Mapping[str, Any], findings: list[Finding]) -> list[Finding]:
+    """Findings of a speculators-layout config: each named where the file holds it, and what
+    the engine needs that only this layout can lack (its nested layer config)."""
+    named = [
+        replace(f, key=file_key(f.key, config))
+        for f in findings
+        if not (f.key in ZLAB_ONLY and f.found == "(missing)")
+    ]
+    if not isinstance(config.get(LAYER_CONFIG), Mapping):
+        named.append(
+            Finding(
+                "error",
+                LAYER_CONFIG,
+                "an object: the drafter's Qwen3 layer config",
+                show(config.get(LAYER_CONFIG, MISSING)),
+                "vLLM builds a speculators-format drafter from this object and refuses to load "
+                "one without it.",
+                "config",
+            )
+        )
+    return named

@@ -23,6 +23,7 @@ from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.lab.host_model import Mount, SshHost
 from dflashops.playbook.models import Playbook
+from tests.fixtures.drafter.speculators_layout import as_speculators
 from tests.support.faults import kill_host
 from tests.support.ssh_hosts import HostFactory
 
@@ -184,3 +185,17 @@ def test_push_interrupted_by_a_killed_host_never_leaves_a_partial_file(
 def _fresh(factory, srv: Path) -> SshHost:  # type: ignore[no-untyped-def]
     host: SshHost = factory(mounts=[Mount.bind(srv, "/srv", read_only=False), Mount.tmpfs("/root")])
     return host
+
+
+def test_push_refuses_a_speculators_layout_and_writes_nothing(
+    container: tuple[SshHost, Path], tmp_path: Path
+) -> None:
+    host, srv = container
+    guessed = json.loads((GUESSED / "config.json").read_text())
+    path = srv / "drafter" / "config.json"
+    path.write_text(json.dumps(as_speculators(guessed)))
+    before = path.read_bytes()
+    with pytest.raises(DflashopsError, match="speculators layout; drafter push writes the z-lab"):
+        push_drafter_config(_inventory(tmp_path, host), "ct", _playbook())
+    assert path.read_bytes() == before
+    assert not list((srv / "drafter").glob("config.json.*.bak"))
