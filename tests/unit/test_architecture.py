@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("deployment",),
     ("engine",),
     ("launch", "bench", "proxmox", "drafter.push"),
-    ("report", "tune"),
+    ("report", "tune", "training"),
     ("lab",),
     ("cli",),
     ("__main__",),
