@@ -79,6 +79,22 @@ def checked_view(config: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
+def speculators_place(key: str, value: Any) -> tuple[str, Any] | None:
+    """Where a speculators-layout file holds what the engine reads as z-lab ``key``, and the value
+    it holds there; None where the layout has no place for it (the engine derives it)."""
+    if key in ZLAB_ONLY or key == "architectures":
+        return None  # vLLM sets DFlashDraftModel itself; the file names speculators' own class
+    if key == "dflash_config.target_layer_ids":
+        if not (isinstance(value, list) and all(is_int(i) for i in value)):
+            return None
+        return AUX_IDS, [int(i) + 1 for i in value]
+    if key in _TOP_LEVEL:
+        return _TOP_LEVEL[key], value
+    if "." in key:
+        return None
+    return f"{LAYER_CONFIG}.{key}", value
+
+
 def file_key(key: str, config: Mapping[str, Any]) -> str:
     """Where the file holds the value a check calls ``key`` (its z-lab name)."""
     if config_format(config) == ZLAB:

@@ -26,7 +26,7 @@ from dflashops.deployment.model_meta import fetch_model_meta
 from dflashops.drafter.correct import Change, corrected_config
 from dflashops.drafter.engine import parse_engine
 from dflashops.drafter.files import read_drafter, read_target
-from dflashops.drafter.formats import SPECULATORS, config_format
+from dflashops.drafter.formats import SPECULATORS, ZLAB_ONLY, checked_view, config_format
 from dflashops.drafter.keys import get_path, json_equal
 from dflashops.drafter.registry import Registry, RegistryEntry, load_registry
 from dflashops.drafter.validate import validate_drafter
@@ -127,13 +127,6 @@ def push_drafter_config(
         current = json.loads((fetched / CONFIG).read_text(encoding="utf-8"))
         if not isinstance(current, dict):
             raise DrafterError(f"{remote_config}: not a JSON object")
-        if config_format(current) == SPECULATORS:
-            raise DrafterError(
-                f"{remote_config} is in the speculators layout; drafter push writes the z-lab "
-                "layout only",
-                hint="`dflashops drafter check` and `drafter diff` read it; correct its keys "
-                "by hand (aux_hidden_state_layer_ids = target_layer_ids + 1)",
-            )
         entry = reference_for(registry, source, playbook, fetched)
         new, changes = corrected_config(current, entry)
         result = PushResult(container, remote_config, entry.name, changes, dry_run)
@@ -153,8 +146,12 @@ def push_drafter_config(
 
 def _verify(text: str, entry: RegistryEntry, where: str) -> None:
     """Re-read after the put: every certain key must now hold the reference's value."""
-    config = json.loads(text)
+    raw = json.loads(text)
+    config = checked_view(raw)  # where the engine reads each key, whichever layout the file has
+    skipped = ZLAB_ONLY if config_format(raw) == SPECULATORS else frozenset()
     for rv in entry.keys:
+        if rv.path in skipped:
+            continue
         if rv.certain and not any(json_equal(get_path(config, p), rv.value) for p in rv.read_from):
             raise DrafterError(f"{where}: {rv.path} does not hold the reference value after push")
 

@@ -187,15 +187,26 @@ def _fresh(factory, srv: Path) -> SshHost:  # type: ignore[no-untyped-def]
     return host
 
 
-def test_push_refuses_a_speculators_layout_and_writes_nothing(
+def test_push_corrects_a_speculators_layout_in_its_own_layout(
     container: tuple[SshHost, Path], tmp_path: Path
 ) -> None:
     host, srv = container
-    guessed = json.loads((GUESSED / "config.json").read_text())
     path = srv / "drafter" / "config.json"
-    path.write_text(json.dumps(as_speculators(guessed)))
-    before = path.read_bytes()
-    with pytest.raises(DflashopsError, match="speculators layout; drafter push writes the z-lab"):
-        push_drafter_config(_inventory(tmp_path, host), "ct", _playbook())
-    assert path.read_bytes() == before
-    assert not list((srv / "drafter").glob("config.json.*.bak"))
+    path.write_text(json.dumps(as_speculators(json.loads((GUESSED / "config.json").read_text()))))
+    result = push_drafter_config(_inventory(tmp_path, host), "ct", _playbook())
+    assert result.pushed
+    assert {c.key for c in result.changes} >= {
+        "aux_hidden_state_layer_ids",
+        "mask_token_id",
+        "transformer_layer_config.layer_types",
+    }
+    after = json.loads(path.read_text())
+    entry = load_registry().resolve(REF)
+    wanted = {rv.path: rv.value for rv in entry.keys}
+    assert after["speculators_model_type"] == "dflash" and "dflash_config" not in after
+    assert after["aux_hidden_state_layer_ids"] == [
+        i + 1 for i in wanted["dflash_config.target_layer_ids"]
+    ]
+    assert after["mask_token_id"] == wanted["dflash_config.mask_token_id"]
+    assert after["transformer_layer_config"]["layer_types"] == wanted["layer_types"]
+    assert not [f for f in result.findings if f.startswith("error")], result.findings

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from dflashops.cli import cli
 from dflashops.drafter import DrafterFiles, load_registry, read_target
 from dflashops.drafter.check import diff_paths
+from dflashops.drafter.correct import corrected_config
 from dflashops.drafter.formats import SPECULATORS, ZLAB, checked_view, config_format, file_key
 from dflashops.drafter.result import CheckResult
 from dflashops.drafter.safetensors import read_weights
@@ -112,3 +113,23 @@ def test_diff_against_the_registry_names_the_files_keys(tmp_path: Path) -> None:
     assert "mask_token_id" in keys
     assert "transformer_layer_config.layer_types" in keys
     assert "aux_hidden_state_layer_ids (read as target_layer_ids = id - 1)" in keys
+
+
+def test_a_correction_is_written_where_the_speculators_layout_holds_each_key() -> None:
+    entry = load_registry().resolve(REF_36)
+    guessed = as_speculators(config(GUESSED))
+    new, changes = corrected_config(guessed, entry)
+    keys = {c.key for c in changes}
+    assert {
+        "aux_hidden_state_layer_ids",
+        "mask_token_id",
+        "transformer_layer_config.layer_types",
+    } <= keys
+    assert not any(k.startswith("dflash_config") or k == "num_target_layers" for k in keys)
+    assert new["architectures"] == ["DFlashSpeculator"]  # speculators' class, kept
+    view, fixed = checked_view(new), config(CORRECTED)
+    assert view["dflash_config"]["target_layer_ids"] == fixed["dflash_config"]["target_layer_ids"]
+    assert view["dflash_config"]["mask_token_id"] == fixed["dflash_config"]["mask_token_id"]
+    assert view["layer_types"] == fixed["layer_types"]
+    again, none = corrected_config(new, entry)
+    assert none == [] and again == new
