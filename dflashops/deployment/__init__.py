@@ -11,8 +11,7 @@ Every feature that works inside a container (launch, stop, logs, status, bench, 
   server is reached at;
 - :mod:`.playbooks`: the playbook that belongs to a container;
 - :mod:`.api_key`: the server's API key, from the environment variable the playbook names;
-- :mod:`.model_meta`: a model folder's metadata copied out of a container for local checks.
 
-It sits below the features and above ``remote``, ``inventory``, ``playbook`` and ``drafter``'s
-validation; it never imports a feature.
+It sits below the features and above ``remote``, ``inventory`` and ``playbook``; it never imports a
+feature.
 """

@@ -3,6 +3,8 @@
 Standard library only (no pydantic, click or rich) in everything listed here: the bundled server
 preflight imports it inside an engine venv. ``report`` (pydantic) and ``view`` (rich) are the CLI
 side and are imported only by ``dflashops.cli.drafter``.
+``fetch`` (model metadata out of a container) and ``push`` need the SSH layer: nothing in the
+package imports them.
 
 - ``files.read_drafter`` / ``read_target`` -> ``DrafterFiles`` / ``TargetFiles``
 - ``formats``: z-lab's layout and the speculators library's, and the one view the checks read

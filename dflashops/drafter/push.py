@@ -22,9 +22,9 @@ from typing import Any
 
 from dflashops.deployment.access import connect
 from dflashops.deployment.manifest import read_manifest
-from dflashops.deployment.model_meta import fetch_model_meta
 from dflashops.drafter.correct import Change, corrected_config
 from dflashops.drafter.engine import parse_engine
+from dflashops.drafter.fetch import fetch_model_meta
 from dflashops.drafter.files import read_drafter, read_target
 from dflashops.drafter.formats import SPECULATORS, ZLAB_ONLY, checked_view, config_format
 from dflashops.drafter.keys import get_path, json_equal

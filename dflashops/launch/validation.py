@@ -14,9 +14,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflashops.deployment.model_meta import META_FILES, fetch_model_meta
 from dflashops.drafter.check import check_paths
 from dflashops.drafter.engine import parse_engine
+from dflashops.drafter.fetch import META_FILES, fetch_model_meta
 from dflashops.drafter.result import Finding
 from dflashops.drafter.safetensors import INDEX_FILE
 from dflashops.launch.args import TargetFacts, hybrid_from_config

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dflashops.deployment.model_meta import fetch_model_meta
 from dflashops.drafter.check import check_paths
 from dflashops.drafter.engine import parse_engine
+from dflashops.drafter.fetch import fetch_model_meta
 from dflashops.lab.host_model import SshHost
 from dflashops.launch.validation import validate
 from dflashops.playbook.models import Playbook

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("inventory", "playbook", "metrics"),
     ("remote", "drafter", "proxmox.client"),
     ("server", "roofline"),
-    ("deployment",),
+    ("deployment", "drafter.fetch"),
     ("engine",),
     ("launch", "bench", "proxmox", "drafter.push"),
     ("report", "tune", "training"),
