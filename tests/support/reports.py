@@ -18,6 +18,24 @@ SMOKE_WORKLOAD: dict[str, Any] = {
 }
 
 
+SMOKE_LEVEL: dict[str, Any] = {
+    "max_concurrency": 1,
+    "completed": 3,
+    "failed": 0,
+    "duration": 3.0,
+    "total_input_tokens": 30,
+    "total_output_tokens": 384,
+    "request_throughput": 1.0,
+    "output_throughput": 100.0,
+    "total_token_throughput": 110.0,
+}
+
+
+def level_result(**fields: Any) -> LevelResult:
+    """One concurrency level of three requests; ``fields`` replace or add ``LevelResult`` keys."""
+    return LevelResult(**{**SMOKE_LEVEL, **fields})
+
+
 def bench_report(
     levels: Iterable[LevelResult], *, workload: dict[str, Any] | None = None, **config: Any
 ) -> BenchReport:

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dflashops.bench.models import BenchReport, LevelResult
+from dflashops.bench.models import BenchReport
 from dflashops.cli import cli
 from dflashops.errors import TuneInputError
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
 from dflashops.tune.compare import Skipped, parse_methods, playbook_for_method, run_compare
-from tests.support.reports import bench_report
+from tests.support.reports import bench_report, level_result
 
 REPO = Path(__file__).resolve().parents[2]
 DECAY_BOOK = REPO / "playbooks" / "lab-decay.yaml"
@@ -24,14 +24,7 @@ def fake_report(book: Playbook, method: str) -> BenchReport:
     k = book.server.num_speculative_tokens
     rates = RATES.get(method)
     length = 1 + sum(rates) if rates else None
-    level = LevelResult(
-        max_concurrency=1,
-        completed=3,
-        failed=0,
-        duration=3.0,
-        total_input_tokens=30,
-        total_output_tokens=384,
-        request_throughput=1.0,
+    level = level_result(
         output_throughput=40.0 * (length or 1.0),
         total_token_throughput=140.0,
         mean_tpot_ms=25.0 / (length or 1.0),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from dflashops.bench.models import BenchReport, LevelResult
+from dflashops.bench.models import BenchReport
 from dflashops.errors import TuneInputError
 from dflashops.pydantic_errors import first_error_line
 from dflashops.roofline.request import RooflineRequest
@@ -75,16 +75,7 @@ def test_inputs_at_fault_are_named(tmp_path: Path) -> None:
 
 
 def bench_report(k: int | None, method: str = "draft_model") -> BenchReport:
-    level = LevelResult(
-        max_concurrency=1,
-        completed=3,
-        failed=0,
-        duration=3.0,
-        total_input_tokens=30,
-        total_output_tokens=384,
-        request_throughput=1.0,
-        output_throughput=100.0,
-        total_token_throughput=110.0,
+    level = reports.level_result(
         mean_tpot_ms=10.0,
         spec_decode_acceptance_length=2.5,
         spec_decode_num_drafts=100,
