@@ -247,16 +247,7 @@ def _compare_passthrough(
     for key in stale:
         value = actual_devn[key][1]
         how = "api" if inputs.can_set_devices else "ssh conf"
-        rows.append(
-            Row(
-                field=key,
-                wanted="",
-                actual=value,
-                status="remove",
-                via=how,
-                note="no longer wanted",
-            )
-        )
+        rows.append(_removal_row(key, value, how))
         if inputs.can_set_devices:
             delete.append(key)
         else:
@@ -271,16 +262,7 @@ def _compare_passthrough(
         rows.append(Row(field=key, wanted=value, status="create", via="ssh conf"))
         add_lines.append(f"{key}: {value}")
     for key, value in remove:
-        rows.append(
-            Row(
-                field=key,
-                wanted="",
-                actual=value,
-                status="remove",
-                via="ssh conf",
-                note="no longer wanted",
-            )
-        )
+        rows.append(_removal_row(key, value, "ssh conf"))
         remove_lines.append(f"{key}: {value}")
     return bool(add or remove)
 
@@ -315,3 +297,10 @@ def _restart_reasons(
     if raw_changed:
         reasons.append("raw lxc lines take effect at start")
     return reasons
+
+
+def _removal_row(key: str, value: str, via: str) -> Row:
+    """A device or raw line dflashops set once and the inventory no longer asks for."""
+    return Row(
+        field=key, wanted="", actual=value, status="remove", via=via, note="no longer wanted"
+    )
