@@ -267,13 +267,6 @@ def _compare_passthrough(
     return bool(add or remove)
 
 
-def _refused_rows(pt: PassthroughPlan) -> list[Row]:
-    return [
-        Row(field="device", wanted=path, status="refused", note="missing on the node")
-        for path in pt.refused
-    ]
-
-
 def _restart_reasons(
     existing: ExistingCt,
     api: Mapping[str, str],
