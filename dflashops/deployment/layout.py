@@ -83,6 +83,14 @@ class Layout:
     def wheels(self) -> str:
         return posixpath.join(self.opt, "wheels")
 
+    @property
+    def training(self) -> str:
+        """Drafter training runs, one folder per run name (data, checkpoints, export)."""
+        return posixpath.join(self.state, "training")
+
+    def training_run(self, name: str) -> str:
+        return posixpath.join(self.training, name)
+
     def venv(self, engine: str, version: str) -> str:
         return posixpath.join(self.opt, f"venv-{engine}-{version}")
 

