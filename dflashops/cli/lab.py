@@ -92,21 +92,26 @@ def status(as_json: bool) -> None:
     "--json", "as_json", is_flag=True, help="Print the demo's report as one JSON document."
 )
 def demo(as_json: bool) -> None:
-    """The main job on the embedded default: lab up, provision, launch vLLM with DFlash, ask,
-    bench, tune num_speculative_tokens.
+    """The main job on the embedded default, replaying the incident dflashops grew from: a
+    trained DFlash drafter shipped with a guessed config, caught, corrected, measured, tuned.
 
     \b
     Stages (each the real command's core call, against the lab):
-      1. the lab's vLLM CPU runtime and tiny models (built once, cached)
+      1. the lab's vLLM CPU runtime and tiny models (built once, cached; the
+         DFlash drafter is trained through `drafter train`'s stages)
       2. lab up: PVE API double, PVE node host, bridge
       3. provision lab-ct1 through the PVE API double
-      4. launch the lab-dflash playbook in it (bundled server -> vLLM + DFlash)
-      5. a first chat completion; the server's vllm:spec_decode_* counters
-      6. bench: client latencies plus spec-decode counters and log windows
+      4. stage the incident: the trained drafter with a hand-guessed config
+         (all full_attention, wrong target layers, wrong mask token)
+      5. launch refuses it, naming the keys; launch --force serves it; bench
+         measures the collapse
+      6. drafter push writes the certain keys; launch; a chat request; bench
+         measures acceptance back up
       7. tune: launch and bench at up to 3 values of k, fit, pick k*, verify;
          the server stays at k*, kept in <lab state>/lab-dflash.tuned.yaml
-    Re-running is safe: every stage is idempotent (a tuned playbook is reused;
-    delete it to tune again). On 2 CPU cores the first run takes ~5 minutes.
+    Re-running is safe: each run replays the incident from the start; a tuned
+    playbook is reused for the same drafter (delete it to tune again). On 2 CPU
+    cores a run with everything cached takes about 5 minutes.
     """
     from dflashops.lab.demo import run_demo
 
@@ -115,24 +120,12 @@ def demo(as_json: bool) -> None:
     if as_json:
         click.echo(dump_json(report.to_json()))
         return
-    from rich.table import Table
-
     from dflashops.cli.console import make_console
+    from dflashops.cli.lab_demo_view import demo_renderables
 
-    table = Table(title="dflashops lab demo")
-    for column in ("stage", "result", "seconds"):
-        table.add_column(column)
-    for name, result, seconds in report.stages:
-        table.add_row(name, result, f"{seconds:.1f}")
     console = make_console()
-    console.print(table)
-    console.print(f"server: {report.endpoint} (model {report.model!r})")
-    console.print(f"first reply: {report.first_reply!r}")
-    console.print(f"spec-decode counters: {report.spec_decode}")
-    console.print(f"bench: {report.bench} (saved to {report.bench_file})")
-    if report.tune:
-        console.print(f"tuned playbook: {report.playbook} (k*={report.tune['best_k']})")
-    console.print(f"inventory: dflashops -i {report.inventory} status")
+    for renderable in demo_renderables(report):
+        console.print(renderable)
 
 
 lab.add_command(models)

@@ -1,0 +1,63 @@
+"""What ``lab demo`` prints: its stages, the incident's acceptance side by side, where it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from rich.table import Table
+
+from dflashops.lab.demo import DemoReport
+
+# the three servers of the replay, in order, with what each one was
+COLUMNS = (
+    ("guessed", "guessed config (--force)"),
+    ("corrected", "after drafter push"),
+    ("tuned", "tuned k*"),
+)
+
+
+def demo_renderables(report: DemoReport) -> Iterator[Any]:
+    """The stage table, the acceptance table and the closing lines, in print order."""
+    stages = Table(title="dflashops lab demo")
+    for column in ("stage", "result", "seconds"):
+        stages.add_column(column)
+    for name, result, seconds in report.stages:
+        stages.add_row(name, result, f"{seconds:.1f}")
+    yield stages
+    yield acceptance_table(report)
+    if report.refused_keys:
+        yield f"launch refused the guessed config on: {', '.join(report.refused_keys)}"
+    if report.pushed_keys:
+        yield f"drafter push wrote: {', '.join(report.pushed_keys)}"
+    yield f"server: {report.endpoint} (model {report.model!r})"
+    yield f"first reply: {report.first_reply!r}"
+    if report.tune:
+        yield f"tuned playbook: {report.playbook} (k*={report.tune['best_k']})"
+    yield f"inventory: dflashops -i {report.inventory} status"
+
+
+def acceptance_table(report: DemoReport) -> Table:
+    """Acceptance length, per-position acceptance and tok/s of the three servers."""
+    table = Table(title="the incident, measured (bench, temperature 0)")
+    table.add_column("")
+    for _key, title in COLUMNS:
+        table.add_column(title, justify="right")
+    measured = [report.acceptance.get(key, {}) for key, _ in COLUMNS]
+    table.add_row("k", *(str(m.get("k", "-")) for m in measured))
+    table.add_row(
+        "acceptance length", *(_number(m.get("spec_decode_acceptance_length")) for m in measured)
+    )
+    table.add_row("per position", *(_rates(m.get("per_position_acceptance")) for m in measured))
+    table.add_row("output tok/s", *(_number(m.get("output_throughput"), 1) for m in measured))
+    return table
+
+
+def _number(value: Any, digits: int = 2) -> str:
+    return "-" if value is None else f"{float(value):.{digits}f}"
+
+
+def _rates(values: Any) -> str:
+    if not values:
+        return "-"
+    return " ".join(f"{float(v):.2f}" for v in values)
