@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from dflashops.errors import DflashopsError
 from dflashops.report.training_plots import LOSS_PNG, read_curve
 
 
-def _metrics(path: Path, rows: list[dict[str, object]], tail: str = "") -> Path:
+def _metrics(path: Path, rows: Sequence[Mapping[str, object]], tail: str = "") -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + tail, encoding="utf-8")
     return path
 
