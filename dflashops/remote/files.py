@@ -261,7 +261,7 @@ def _commit(conn: SshConnection, plans: Sequence[_Plan], deadline: float | None)
     for p in plans:
         lines.append(
             f'[ "$(sha256sum < {q(p.temp)} | cut -c1-64)" = {p.sha256} ] || '
-            f"{{ echo 'corrupt {p.upload.path}' >&2; discard; exit {_EXIT_CORRUPT}; }}"
+            f"{{ echo {q(f'corrupt {p.upload.path}')} >&2; discard; exit {_EXIT_CORRUPT}; }}"
         )
         lines.append(
             f"chmod {p.upload.mode:o} {q(p.temp)} && sync -- {q(p.temp)} || {{ discard; exit 1; }}"
