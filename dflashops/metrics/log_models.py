@@ -11,6 +11,34 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 Source = Literal["vllm", "vllm-v0", "sglang"]
 
+# What a printed acceptance rate divides by what. The engines disagree, and SGLang changed its own.
+RateFormula = Literal[
+    "accepted/drafted",
+    "v0-accepted/drafted",
+    "sglang-with-bonus",
+    "sglang-drafts-only",
+    "unknown",
+]
+RATE_FORMULAS: dict[str, str] = {
+    "accepted/drafted": "accepted draft tokens / drafted tokens (vLLM V1)",
+    "v0-accepted/drafted": (
+        "accepted / drafted tokens, counting draft tokens accepted after an earlier rejection "
+        "that the output never used (vLLM V0)"
+    ),
+    "sglang-with-bonus": (
+        "accept len / draft tokens per step: the bonus token counted as accepted and the current "
+        "token as drafted (SGLang before PR #23530, merged 2026-04-23)"
+    ),
+    "sglang-drafts-only": (
+        "(accept len - 1) / (draft tokens per step - 1): drafts only (SGLang from PR #23530)"
+    ),
+    "unknown": "not known: neither the log nor its numbers tell which formula printed it",
+}
+CONSISTENT_RATE = (
+    "draft acceptance rate = draft tokens the output kept / draft tokens proposed, i.e. "
+    "(mean acceptance length - 1) / k for a fixed k; vLLM V1's definition"
+)
+
 
 class LogWindow(BaseModel):
     """Where a line came from. ``timestamp`` is the log's own ``MM-DD HH:MM:SS`` (no year)."""
@@ -23,6 +51,8 @@ class LogWindow(BaseModel):
     process: str | None = None
     engine: str | None = None
     source: Source = "vllm"
+    truncated: bool = False
+    """The line stops before its format's last part (cut mid-way): read up to where it stops."""
 
 
 class ThroughputWindow(LogWindow):
@@ -59,7 +89,11 @@ class SpecDecodeWindow(LogWindow):
 
     ``accepted_tokens``/``drafted_tokens`` are the integers the line prints: per interval for vLLM
     V1, since engine start for V0 (``cumulative``). SGLang prints only ``accept len`` and ``accept
-    rate``. ``acceptance_rate_pct`` is the printed draft acceptance rate, in percent.
+    rate``. ``acceptance_rate_pct`` is the printed rate, in percent, computed as
+    ``acceptance_rate_formula`` says; ``draft_acceptance_rate_pct`` is the same quantity in one
+    definition for every engine and version (``CONSISTENT_RATE``), None where the line does not
+    allow it. ``mean_acceptance_length`` is tokens per verify step, bonus token included: vLLM V1
+    and SGLang print it; for V0 it is emitted / steps (= system efficiency × (k + 1)).
     """
 
     mean_acceptance_length: float | None = None
@@ -73,6 +107,8 @@ class SpecDecodeWindow(LogWindow):
     emitted_tokens: int | None = None
     system_efficiency: float | None = None
     cumulative: bool = False
+    acceptance_rate_formula: RateFormula | None = None
+    draft_acceptance_rate_pct: float | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -89,10 +125,11 @@ class SpecDecodeWindow(LogWindow):
 
     def drafts_estimate(self) -> tuple[int, bool] | None:
         if self.source == "vllm-v0":
+            # every V0 step drafts k tokens per sequence; "accepted" counts tokens after a
+            # rejection too, so emitted - accepted is not the step count
             if self.num_spec_tokens and self.drafted_tokens is not None:
-                return self.drafted_tokens // self.num_spec_tokens, True
-            if self.emitted_tokens is not None and self.accepted_tokens is not None:
-                return self.emitted_tokens - self.accepted_tokens, True
+                steps, rest = divmod(self.drafted_tokens, self.num_spec_tokens)
+                return steps, rest == 0
             return None
         return estimate_num_drafts(
             self.accepted_tokens,
@@ -136,6 +173,9 @@ class SpecDecodeTotals(BaseModel):
     mean_acceptance_length: float | None
     per_position_acceptance: list[float]
     cumulative: bool = False
+    emitted_tokens: int | None = None
+    acceptance_rate_formula: RateFormula | None = None
+    draft_acceptance_rate_pct: float | None = None
 
 
 class LogSummary(BaseModel):
@@ -144,10 +184,13 @@ class LogSummary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine_version: str | None
+    engine: Literal["vllm", "sglang"] | None = None
     throughput_windows: list[ThroughputWindow]
     spec_decode_windows: list[SpecDecodeWindow]
     throughput_totals: ThroughputTotals
     spec_decode_totals: SpecDecodeTotals | None
+    notes: list[str] = []
+    """What a reader needs to trust the numbers: formulas found, lines cut, ambiguities."""
 
 
 def estimate_num_drafts(
@@ -162,9 +205,10 @@ def estimate_num_drafts(
     vLLM prints MAL = 1 + accepted/drafts with two decimals, so drafts = accepted / (MAL − 1)
     holds only up to rounding: the true MAL lies within ±0.005, which bounds drafts to an
     interval. The per-position rates (three decimals each; their sum is accepted/drafts) and
-    drafts ≤ drafted narrow it further. One integer left: exact. Several: the rounded quotient,
-    clamped into the interval, flagged inexact. Nothing accepted: drafted / k rounded up, where
-    k is the number of printed positions (inexact: a draft may hold fewer than k tokens).
+    drafts ≤ drafted narrow it further. One integer left: exact. Several: drafted / k when that
+    is a whole number inside the interval (what a fixed-k drafter does), else the rounded
+    quotient, clamped into the interval; flagged inexact. Nothing accepted: drafted / k rounded
+    up, where k is the number of printed positions (inexact: a draft may hold fewer than k).
     """
     if accepted is None or mean_acceptance_length is None or math.isnan(mean_acceptance_length):
         return None
@@ -191,6 +235,11 @@ def estimate_num_drafts(
         high = min(high, float(drafted))
     lo, hi = math.ceil(low - 1e-9), math.floor(high + 1e-9) if math.isfinite(high) else None
     guess = round(accepted / (mean_acceptance_length - 1.0)) if mean_acceptance_length > 1 else lo
+    if drafted and per_position and drafted % len(per_position) == 0:
+        # fixed-k drafters (EAGLE, MTP, DFlash) draft exactly k per step: prefer that count
+        whole = drafted // len(per_position)
+        if lo <= whole and (hi is None or whole <= hi):
+            guess = whole
     if hi is None or lo > hi:
         return max(guess, 1), False
     return min(max(guess, lo), hi), lo == hi

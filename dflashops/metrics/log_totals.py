@@ -46,29 +46,43 @@ def spec_decode_totals(windows: list[SpecDecodeWindow]) -> SpecDecodeTotals:
         # counts since engine start: the last line of each engine holds its totals
         last: dict[tuple[object, ...], SpecDecodeWindow] = {}
         for window in windows:
-            last[(window.pid, window.process, window.engine)] = window
+            if window.cumulative:
+                last[(window.pid, window.process, window.engine)] = window
         counted = list(last.values())
     else:
         counted = windows
+    formulas = {w.acceptance_rate_formula for w in windows if w.acceptance_rate_pct is not None}
+    formula = formulas.pop() if len(formulas) == 1 else None
     with_counts = [w for w in counted if w.accepted_tokens is not None]
-    if not with_counts:  # SGLang: only per-window accept lengths
-        lengths = [w.mean_acceptance_length for w in windows if w.mean_acceptance_length]
-        rates = [w.acceptance_rate_pct for w in windows if w.acceptance_rate_pct is not None]
+    if not with_counts:  # SGLang: only per-window accept lengths and rates
         return SpecDecodeTotals(
             windows=len(windows),
             accepted_tokens=None,
             drafted_tokens=None,
-            acceptance_rate_pct=math.fsum(rates) / len(rates) if rates else None,
+            acceptance_rate_pct=_mean([w.acceptance_rate_pct for w in windows]),
             num_drafts=None,
             num_drafts_exact=False,
-            mean_acceptance_length=math.fsum(lengths) / len(lengths) if lengths else None,
+            mean_acceptance_length=_mean([w.mean_acceptance_length for w in windows]),
             per_position_acceptance=[],
+            acceptance_rate_formula=formula,
+            draft_acceptance_rate_pct=_mean([w.draft_acceptance_rate_pct for w in windows]),
         )
     accepted = sum(w.accepted_tokens or 0 for w in with_counts)
     drafted_values = [w.drafted_tokens for w in with_counts]
     drafted = None if None in drafted_values else sum(d or 0 for d in drafted_values)
     estimates = [w.drafts_estimate() for w in with_counts]
     drafts = None if None in estimates else sum(e[0] for e in estimates if e)
+    emitted_values = [w.emitted_tokens for w in with_counts]
+    emitted = (
+        None if not cumulative or None in emitted_values else sum(e or 0 for e in emitted_values)
+    )
+    if cumulative:
+        # V0: accepted counts tokens after a rejection; the output kept emitted - steps
+        length = emitted / drafts if drafts and emitted is not None else None
+        kept = emitted - drafts if drafts is not None and emitted is not None else None
+    else:
+        length = 1.0 + accepted / drafts if drafts else None
+        kept = accepted
     return SpecDecodeTotals(
         windows=len(windows),
         accepted_tokens=accepted,
@@ -76,10 +90,18 @@ def spec_decode_totals(windows: list[SpecDecodeWindow]) -> SpecDecodeTotals:
         acceptance_rate_pct=100.0 * accepted / drafted if drafted else None,
         num_drafts=drafts,
         num_drafts_exact=all(e is not None and e[1] for e in estimates),
-        mean_acceptance_length=1.0 + accepted / drafts if drafts else None,
+        mean_acceptance_length=length,
         per_position_acceptance=_weighted_positions(with_counts, estimates),
         cumulative=cumulative,
+        emitted_tokens=emitted,
+        acceptance_rate_formula=formula,
+        draft_acceptance_rate_pct=100.0 * kept / drafted if drafted and kept is not None else None,
     )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return math.fsum(present) / len(present) if present else None
 
 
 def _weighted_positions(

@@ -64,7 +64,7 @@ def test_a_file_without_windows_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "quiet.log"
     path.write_text("INFO 12-02 10:00:00 [api_server.py:1] Starting vLLM API server\n")
     result = CliRunner().invoke(cli, ["parse-log", str(path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # invalid input (issue 19), like an unreadable inventory
     assert result.stderr.startswith(f"error: {path}: no throughput or spec-decode lines")
     missing = CliRunner().invoke(cli, ["parse-log", str(tmp_path / "nope.log")])
     assert missing.exit_code == 2
