@@ -22,7 +22,8 @@ from dflashops.drafter.files import (
 )
 from dflashops.drafter.formats import SPECULATORS, ZLAB_ONLY, file_key
 from dflashops.drafter.registry import Match, RegistryEntry, load_registry, parse_entry
-from dflashops.drafter.result import CheckResult
+from dflashops.drafter.result import CheckResult, Finding
+from dflashops.drafter.target_match import match_by_target
 from dflashops.drafter.validate import validate_drafter
 
 
@@ -48,15 +49,22 @@ def check_paths(
     registry_paths: Iterable[Path] = (),
 ) -> CheckRun:
     """``drafter check``: ``ref`` (a name or entry file) wins; otherwise the drafter is matched
-    to a registry entry by name, path or weights fingerprint, and unmatched drafters are checked
-    without one. Unreadable inputs raise ``DrafterError``."""
+    to a registry entry by name, path or weights fingerprint, else by its target's config
+    (:mod:`dflashops.drafter.target_match`); unmatched drafters are checked without one.
+    Unreadable inputs raise ``DrafterError``."""
     registry = load_registry(registry_paths)
     files = read_drafter(drafter)
     target_files = read_target(target) if target else None
     match = Match(registry.resolve(ref), "ref", f"--ref {ref}") if ref else registry.match(files)
+    notes: tuple[Finding, ...] = ()
+    if match is None and target_files is not None:
+        by_target = match_by_target(registry, files, target_files)
+        match, notes = by_target.match, by_target.findings
     result = validate_drafter(
         files, target_files, match.entry if match else None, engine=engine, k=k
     )
+    if notes:
+        result = CheckResult.of([*result.findings, *notes], result.required_env)
     return CheckRun(files, target_files, match, engine, k, result)
 
 

@@ -88,15 +88,24 @@ def _check_kind(ctx: CheckContext, key: str, token_id: int) -> None:
         confirmed = ctx.ref is not None and any(
             v.path == MASK_KEY and json_equal(v.value, token_id) for v in ctx.ref.keys
         )
+        # the first row past every token is where DFlash trainers put the mask when the
+        # tokenizer has none (z-lab's and RedHat's Qwen3-8B drafters: 151669 = 151643 + 26)
+        first_free = token_id == tokenizer.size
         why = (
             "An embedding row no text produces: plausible for a mask (z-lab's Qwen3-8B drafter "
             "uses 151669, one past Qwen3's tokens) but the tokenizer cannot confirm it; check "
             "the drafter's card."
         )
+        if first_free:
+            why = (
+                "The first embedding row past every token of the tokenizer: where DFlash "
+                "trainers put the mask when the tokenizer has none (z-lab's and RedHat's "
+                "Qwen3-8B drafters use 151669, one past Qwen3's 151668)."
+            )
         if confirmed and ctx.ref is not None:
             why += f" {ctx.ref.name} uses this id."
         ctx.add(
-            "info" if confirmed else "warning",
+            "info" if confirmed or first_free else "warning",
             key,
             expected,
             f"{token_id}, past the tokenizer's last id ({tokenizer.size - 1})",

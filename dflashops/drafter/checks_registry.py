@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from dflashops.drafter.context import CheckContext
@@ -17,6 +18,15 @@ BASIS_TEXT: Mapping[str, str] = {
     "single": "one third-party source",
     "derived": "derived, not observed",
 }
+
+
+_URL = re.compile(r"https?://\S+")
+
+
+def source_link(ref: RegistryEntry, source_id: str) -> str:
+    """What an operator opens to see a source: its URL, else its id (the entry explains it)."""
+    found = _URL.search(ref.sources.get(source_id, ""))
+    return found.group(0).rstrip(".,;)") if found else source_id
 
 
 def check_registry(ctx: CheckContext, ref: RegistryEntry, shape: DrafterShape) -> None:
@@ -35,7 +45,7 @@ def check_registry(ctx: CheckContext, ref: RegistryEntry, shape: DrafterShape) -
                 "its sliding layers, so fixing layer_types needs it too."
             )
         certainty = "certain" if rv.certain else "not certain"
-        sources = ", ".join(rv.sources)
+        sources = "; ".join(source_link(ref, s) for s in rv.sources)
         ctx.add(
             "error" if rv.certain and relevant else "info",
             key,

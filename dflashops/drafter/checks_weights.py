@@ -9,7 +9,20 @@ from dflashops.drafter.context import CheckContext, TargetFacts
 from dflashops.drafter.keys import get_path, show
 from dflashops.drafter.safetensors import TensorInfo
 
-_LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
+# a drafter layer's tensors, under any prefix the exporters use ("model.", "draft_model.", …)
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def drafter_layer_indices(tensors: Mapping[str, TensorInfo]) -> set[int]:
+    """The drafter layer indices the safetensors header holds tensors for."""
+    return {int(m.group(1)) for name in tensors if (m := _LAYER.search(name))}
+
+
+def fc_weight(tensors: Mapping[str, TensorInfo]) -> TensorInfo | None:
+    """``fc.weight`` (the projection of the concatenated target hidden states), any prefix."""
+    return tensors.get("fc.weight") or next(
+        (t for name, t in tensors.items() if name.endswith(".fc.weight")), None
+    )
 
 
 def check_weights(
@@ -34,18 +47,32 @@ def check_weights(
     tensors = weights.tensors
     if get_path(ctx.cfg, "dflash_config.use_aux_hidden_state") is not False:
         _check_fc(ctx, tensors, hidden, ids, facts)
-    found = {int(m.group(1)) for name in tensors if (m := _LAYER.match(name))}
-    if found and layers is not None and max(found) + 1 != layers:
-        ctx.add(
-            "error",
-            "num_hidden_layers",
-            f"{max(found) + 1} (layers in the checkpoint)",
-            str(layers),
-            "The config and the weights disagree on the number of drafter layers: missing "
-            "layers stay random, extra ones are dropped.",
-            check="weights",
-        )
+    _check_layer_count(ctx, drafter_layer_indices(tensors), layers)
     _check_projections(ctx, tensors)
+
+
+def _check_layer_count(ctx: CheckContext, found: set[int], layers: int | None) -> None:
+    """``num_hidden_layers`` against the layers the header holds (0..n-1, none missing)."""
+    if not found or layers is None:
+        return
+    count = max(found) + 1
+    gaps = sorted(set(range(count)) - found)
+    if count == layers and not gaps:
+        return
+    held = f"{len(found)} (layers 0..{count - 1} in the checkpoint" + (
+        f", missing {gaps[:4]})" if gaps else ")"
+    )
+    ctx.add(
+        "error",
+        "num_hidden_layers",
+        held,
+        str(layers),
+        "The config and the weights disagree on the drafter's layers: engines build "
+        "num_hidden_layers layers, so layers the weights lack stay randomly initialised and "
+        "layers the config leaves out are dropped; either way the drafter is not the one "
+        "that was trained.",
+        check="weights",
+    )
 
 
 def _check_fc(
@@ -55,9 +82,7 @@ def _check_fc(
     ids: list[int] | None,
     facts: TargetFacts,
 ) -> None:
-    fc = tensors.get("fc.weight") or next(
-        (t for name, t in tensors.items() if name.endswith(".fc.weight")), None
-    )
+    fc = fc_weight(tensors)
     if fc is None or len(fc.shape) != 2:
         ctx.add(
             "error",

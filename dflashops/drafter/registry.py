@@ -3,7 +3,12 @@
 Entries are JSON files in ``dflashops/drafter/registry/`` (schema in its README.md); users add
 their own with ``--registry PATH`` or name one file with ``--ref FILE``. Every value carries its
 sources, a ``basis`` (how it is known) and ``certain``. Only certain values turn a difference into
-an error, and only certain values are ever written by ``corrected_config``.
+an error, and only certain values are ever written by ``corrected_config``. A source is a
+description that starts with the URL an operator opens to see it (findings quote the URL).
+
+``target`` may also give ``architectures`` and ``layer_pattern`` (one period of the target's
+``layer_types``); with the three sizes they let a drafter nothing names be matched through its
+target's config (:mod:`dflashops.drafter.target_match`).
 
 Standard library only, like the rest of the validation core.
 """
@@ -29,7 +34,7 @@ BASES: tuple[str, ...] = ("original", "agreed", "structural", "rule", "single", 
 # fixed by the target) only when at least two sources back it.
 CERTAIN_BASES = frozenset({"original", "agreed", "structural", "rule"})
 WHEN = frozenset({"sliding"})
-MatchedBy = Literal["ref", "name", "path", "fingerprint"]
+MatchedBy = Literal["ref", "name", "path", "fingerprint", "target"]
 
 _ENTRY_FIELDS = {
     "schema",
@@ -42,7 +47,15 @@ _ENTRY_FIELDS = {
     "keys",
     "fingerprints",
 }
-_TARGET_FIELDS = {"name", "num_hidden_layers", "hidden_size", "vocab_size", "sources"}
+_TARGET_FIELDS = {
+    "name",
+    "architectures",
+    "num_hidden_layers",
+    "hidden_size",
+    "vocab_size",
+    "layer_pattern",
+    "sources",
+}
 _VALUE_FIELDS = {"value", "certain", "basis", "sources", "why", "read_from", "when", "note"}
 
 
@@ -67,11 +80,31 @@ class RefValue:
 
 @dataclass(frozen=True)
 class TargetFacts:
+    """The target model a reference drafter was trained for.
+
+    ``architectures`` and ``layer_pattern`` (the target's ``layer_types``, one period of it:
+    ``[linear, linear, linear, full]`` for Qwen3.5, ``[full]`` for a plain Qwen3) let a drafter
+    be matched to this entry by its target's config alone (:mod:`dflashops.drafter.target_match`);
+    an entry without them, or without the three sizes, is never matched that way."""
+
     name: str
     num_hidden_layers: int | None
     hidden_size: int | None
     vocab_size: int | None
     sources: tuple[str, ...]
+    architectures: tuple[str, ...] = ()
+    layer_pattern: tuple[str, ...] = ()
+
+    @property
+    def shape_known(self) -> bool:
+        """Whether every fact a by-shape match compares is stated."""
+        return bool(
+            self.architectures
+            and self.layer_pattern
+            and self.num_hidden_layers
+            and self.hidden_size
+            and self.vocab_size
+        )
 
 
 @dataclass(frozen=True)
@@ -230,6 +263,8 @@ def parse_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
             hidden_size=_opt_int(target, "hidden_size", source),
             vocab_size=_opt_int(target, "vocab_size", source),
             sources=_known_sources(target.get("sources", []), sources, source, "target.sources"),
+            architectures=_strings(target.get("architectures", []), source, "target.architectures"),
+            layer_pattern=_strings(target.get("layer_pattern", []), source, "target.layer_pattern"),
         ),
         keys=tuple(_ref_value(path, raw, sources, source) for path, raw in keys.items()),
         fingerprints=dict(fingerprints),

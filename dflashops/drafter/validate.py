@@ -11,7 +11,8 @@ that reads these keys):
 - ``target_layer_ids`` are 0-based target layers whose *outputs* the drafter reads; ``fc`` takes
   their concatenation, so ``len(ids) * target_hidden`` is the width of ``fc.weight``.
 - ``layer_types[i] == "sliding_attention"`` makes layer ``i`` causal with a window; anything else
-  is non-causal full attention (vLLM >= 0.25).
+  is non-causal full attention, unless ``dflash_config.use_swa`` slides every layer (vLLM >= 0.25;
+  :mod:`dflashops.drafter.checks_attention`).
 - Every masked draft slot is embedded as ``dflash_config.mask_token_id``.
 - The drafter predicts ``block_size - 1`` tokens per step.
 
@@ -24,14 +25,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from dflashops.drafter.checks_attention import check_attention
 from dflashops.drafter.checks_config import (
     check_architecture,
     check_block_size,
     check_dflash_config,
-    check_layer_types,
 )
 from dflashops.drafter.checks_mask import check_mask_token
 from dflashops.drafter.checks_registry import check_registry
+from dflashops.drafter.checks_shape import check_heads, check_named_block_size, check_types
 from dflashops.drafter.checks_target import check_pairing, check_target_layer_ids
 from dflashops.drafter.checks_weights import check_weights
 from dflashops.drafter.context import CheckContext, target_facts
@@ -74,13 +76,16 @@ def validate_drafter(
         why_missing="Without it transformers' Qwen3Config assumes 151936; the drafter must use "
         "the target's vocabulary.",
     )
-    shape = check_layer_types(ctx, layers)
+    check_types(ctx)
+    check_heads(ctx)
+    shape = check_attention(ctx, layers)
     dflash_ok = check_dflash_config(ctx)
     facts = target_facts(ctx, hidden)
     ids = check_target_layer_ids(ctx, facts, dflash_ok, layers)
     check_pairing(ctx, facts, hidden, vocab)
     check_mask_token(ctx, dflash_ok, vocab, facts.vocab, facts.vocab_from)
     check_block_size(ctx)
+    check_named_block_size(ctx)
     check_weights(ctx, layers, hidden, ids, facts)
     if ref is not None:
         check_registry(ctx, ref, shape)

@@ -52,14 +52,19 @@ def test_guessed_against_reference_and_target_still_three_errors() -> None:
     assert "ordinary text" in mask.why and "registry" in mask.check and "tokenizer" in mask.check
 
 
-def test_guessed_against_target_alone_flags_the_ordinary_text_mask_token() -> None:
+def test_guessed_against_target_alone_is_matched_by_its_target() -> None:
+    """Nothing names the drafter and the registry holds no fingerprints, but the target's
+    config is Qwen3.5/3.6-27B's and its folder name says 3.6: all three keys are errors."""
     run = check_paths(str(GUESSED), target=str(TARGET))
-    assert run.match is None  # nothing names it and the registry holds no fingerprints
-    assert run.result.keys("error") == {"dflash_config.mask_token_id"}
-    mask = run.result.findings[0]
-    assert mask.found == "151669, ordinary text"
-    assert "reserved" in mask.expected
-    assert run.result.keys("warning") == {"dflash_config.target_layer_ids"}
+    assert run.match is not None and run.match.by == "target"
+    assert run.match.entry.name == REF_36
+    assert "64 layers" in run.match.detail and "picks Qwen/Qwen3.6-27B" in run.match.detail
+    assert run.result.keys("error") == THE_THREE
+    note = next(f for f in run.result.findings if f.key == "ref")
+    assert note.severity == "info" and "--ref" in note.why
+    assert "z-lab/Qwen3.5-27B-DFlash" in note.why  # the other candidate, named
+    mask = next(f for f in run.result.findings if f.key == "dflash_config.mask_token_id")
+    assert "ordinary text" in mask.why  # the tokenizer's reason is kept next to the registry's
 
 
 def test_guessed_alone_is_warnings_only() -> None:

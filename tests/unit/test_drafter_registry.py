@@ -28,6 +28,7 @@ def test_bundled_entries() -> None:
         "z-lab/Qwen3.6-27B-DFlash",
         "z-lab/Qwen3.5-27B-DFlash",
         "z-lab/Qwen3-8B-DFlash-b16",
+        "z-lab/Qwen3.5-122B-A10B-DFlash",
         "dflashops-lab/tiny-qwen3-dflash",
     }
 
@@ -58,11 +59,15 @@ def test_which_keys_are_certain() -> None:
         "dflash_config.target_layer_ids",
     } <= certain(REF_36)
     assert "intermediate_size" not in certain(REF_36)
-    assert "layer_types" not in certain("z-lab/Qwen3.5-27B-DFlash")
-    assert certain("z-lab/Qwen3-8B-DFlash-b16") == {"block_size", "num_target_layers"}
-    eight = REGISTRY.resolve("Qwen3-8B-DFlash-b16")
-    mask = eight.value("dflash_config.mask_token_id")
-    assert mask is not None and (mask.value, mask.certain) == (151669, False)
+    assert "layer_types" in certain("z-lab/Qwen3.5-27B-DFlash")
+    # three independent public copies agree on the 8B drafter's mask and target layers; its
+    # layer count differs between them (5 and 4), so it is not certain
+    eight = certain("z-lab/Qwen3-8B-DFlash-b16")
+    assert {"dflash_config.mask_token_id", "dflash_config.target_layer_ids", "block_size"} <= eight
+    assert "num_hidden_layers" not in eight
+    mask = REGISTRY.resolve("Qwen3-8B-DFlash-b16").value("dflash_config.mask_token_id")
+    assert mask is not None and (mask.value, mask.certain, len(mask.sources)) == (151669, True, 3)
+    assert certain("z-lab/Qwen3.5-122B-A10B-DFlash") == {"architectures"}
 
 
 def test_the_36_values_from_the_notes() -> None:
@@ -83,7 +88,7 @@ def test_the_36_values_from_the_notes() -> None:
     ("mutate", "message"),
     [
         (lambda d: d.update(extra=1), "unknown field 'extra'"),
-        (lambda d: d["keys"]["layer_types"].update(sources=["notes"]), "certain needs"),
+        (lambda d: d["keys"]["layer_types"].update(sources=["lucebox-pr94"]), "certain needs"),
         (lambda d: d["keys"]["layer_types"].update(basis="single"), "certain needs"),
         (lambda d: d["keys"]["layer_types"].update(sources=["nobody"]), "unknown source"),
         (lambda d: d["keys"]["block_size"].update(read_from=["x"]), "must include block_size"),
