@@ -9,6 +9,8 @@ from rich.table import Table
 
 from dflashops.metrics.log_models import LogSummary, LogWindow, SpecDecodeTotals
 
+CUT = "*"  # marks a window read from a line cut mid-way
+
 
 def _num(value: float | int | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
@@ -80,17 +82,19 @@ def spec_decode_table(summary: LogSummary) -> Table:
     table = _table("Spec-decode windows", windows)
     engines = _several_sources(windows)
     columns = ["line", "time", *(["engine"] if engines else [])]
-    for column in [*columns, "acc/drafted", "rate %", "MAL", "drafts"]:
+    # "rate %" as the line prints it; "draft acc %" = accepted / proposed drafts, every engine
+    for column in [*columns, "acc/drafted", "rate %", "draft acc %", "MAL", "drafts"]:
         table.add_column(column, justify="left" if column in ("time", "engine") else "right")
     table.add_column("per-position acceptance")  # wraps between rates, never inside one
     for w in windows:
         drafts = w.drafts_estimate()
         table.add_row(
-            str(w.line),
+            f"{w.line}{CUT if w.truncated else ''}",
             _time(w),
             *([_source(w)] if engines else []),
             _pair(w.accepted_tokens, w.drafted_tokens),
             _num(w.acceptance_rate_pct),
+            _num(w.draft_acceptance_rate_pct),
             _num(w.mean_acceptance_length, ".2f"),
             "-" if drafts is None else f"{'' if drafts[1] else '≈'}{drafts[0]}",
             _positions(w.per_position_acceptance),
@@ -116,6 +120,7 @@ def _totals_row(totals: SpecDecodeTotals) -> list[str]:
         "since start" if totals.cumulative else f"{totals.windows} lines",
         _pair(totals.accepted_tokens, totals.drafted_tokens),
         _num(totals.acceptance_rate_pct),
+        _num(totals.draft_acceptance_rate_pct),
         _num(totals.mean_acceptance_length, ".2f"),
         drafts,
         _positions(totals.per_position_acceptance),
@@ -129,6 +134,8 @@ def _positions(rates: list[float]) -> str:
 def log_notes(summary: LogSummary) -> list[str]:
     """Footnotes a reader needs to trust the totals."""
     notes = []
+    if any(w.truncated for w in summary.spec_decode_windows):
+        notes.append(f"{CUT} the line was cut mid-way: the window holds what it printed.")
     totals = summary.spec_decode_totals
     if totals is not None and totals.num_drafts is not None and not totals.num_drafts_exact:
         notes.append(
