@@ -34,6 +34,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# The lab's vLLM CPU runtime (~3 min and 3.5 GB the first time) and its tiny models (~20 s);
+# The lab's vLLM CPU runtime (~3 min and 3.5 GB the first time) and its tiny models (3-5 min:
+# the target and the DFlash drafter are trained here, once);
 # both are cached under ~/.cache/dflashops/lab and this returns at once when they are there.
 .venv/bin/dflashops lab models --json >/dev/null

@@ -1,4 +1,5 @@
-"""``dflashops drafter``: check a DFlash drafter config and compare it with a reference."""
+"""``dflashops drafter``: check a DFlash drafter config, compare it with a reference, push a
+corrected one, and train a new one (``drafter train``)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def _engine(ctx: click.Context, param: click.Parameter, value: str | None) -> An
 
 @click.group()
 def drafter() -> None:
-    """Validate DFlash drafter configs offline (exit 0 clean, 3 warnings, 4 errors)."""
+    """Validate DFlash drafter configs offline (exit 0 clean, 3 warnings, 4 errors), correct
+    them in a container, and train new drafters."""
 
 
 @drafter.command("check")
@@ -215,3 +217,127 @@ def refs(*, registry_paths: tuple[Path, ...], as_json: bool) -> None:
             row["name"], row["target"], "\n".join(row["certain"]), "\n".join(row["not_certain"])
         )
     make_console().print(table)
+
+
+@drafter.command(
+    "train",
+    short_help="Train a DFlash drafter in a container: data, train, export, check.",
+    epilog="""\b
+Stages (each resumable; `stages/<stage>.json` in the run folder marks it done):
+  data     the playbook's dataset answered again by the served target
+           (temperature and thinking mode as train.data says); the server
+           must be up: a stopped one is started
+  prepare  tokens and the target's hidden states (the server is stopped
+           first, saying so: training needs its GPUs)
+  train    vLLM's speculators library trains the drafter (checkpoints;
+           a rerun resumes from the last one)
+  export   config.json + model.safetensors, then `drafter check` against
+           the target (errors stop here, exit 4)
+Afterwards the previous server is restarted, unless --promote launches a new
+playbook (<playbook>.trained.yaml beside the given one, or in ./playbooks for
+a bundled one; the given playbook is never rewritten). --evaluate launches the
+new drafter, benches it next to the one it replaces, then restores.
+
+\b
+The run folder is /var/lib/dflashops/training/<train.name> in the container;
+provenance.json, metrics.jsonl, training_loss.png and train-report.json go to
+--out (default ./drafter-train-NAME-RUN). A failure names the stage, its
+command and its log tail; what was done is kept. Exit codes: 0 ok, 1 failed,
+2 bad playbook or dataset (file:line), 4 the export fails drafter check.
+
+\b
+Examples:
+  dflashops drafter train lab-ct1 --dry-run
+  dflashops drafter train lab-ct1
+  dflashops drafter train gpu-ct2 -p qwen3-8b-dflash --evaluate --promote
+""",
+)
+@click.argument("name")
+@playbook_option
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan (stages, sizes, where files go, estimated time); change nothing.",
+)
+@click.option("--evaluate", is_flag=True, help="Bench the new drafter against the current one.")
+@click.option(
+    "--promote", is_flag=True, help="Write a playbook serving the new drafter; launch it."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Local folder for provenance, loss curve and report (default ./drafter-train-NAME-RUN).",
+)
+@_JSON
+@click.pass_obj
+def train(
+    app: Any,
+    name: str,
+    *,
+    playbook_name: str | None,
+    dry_run: bool,
+    evaluate: bool,
+    promote: bool,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """Train a DFlash drafter for the target container NAME serves, as its playbook's train:
+    section says (`playbook show` prints it): data from the served target, training with
+    vLLM's speculators library, export, drafter check; resumable stage by stage."""
+    from dflashops.cli.progress import spinner
+    from dflashops.training.request import TrainRequest
+    from dflashops.training.run import train_drafter
+
+    request = TrainRequest(
+        container=name,
+        playbook=playbook_name,
+        dry_run=dry_run,
+        evaluate=evaluate,
+        promote=promote,
+        out=out,
+    )
+    with spinner(f"drafter train {name}", enabled=not as_json) as say:
+
+        def tell(message: str) -> None:
+            say(message)
+            if not as_json and _milestone(message):
+                click.echo(message, err=True)
+
+        outcome = train_drafter(app.inventory(), request, say=tell)
+    loss_curve = None if dry_run else _loss_curve(outcome)
+    if as_json:
+        data = outcome.to_json()
+        data["loss_curve"] = str(loss_curve) if loss_curve else None
+        click.echo(dump_json(data))
+        return
+    from dflashops.cli.console import make_console
+    from dflashops.training.render import outcome_renderables, plan_renderables
+
+    console = make_console()
+    shown = (
+        plan_renderables(outcome.plan, dry_run=True)
+        if dry_run
+        else outcome_renderables(outcome, loss_curve)
+    )
+    for renderable in shown:
+        console.print(renderable)
+
+
+def _milestone(message: str) -> bool:
+    """Progress worth a line of its own on stderr (a stage starts, the server changes)."""
+    words = message.split(" ", 2)
+    return words[0] in {"stopping", "starting", "restarting", "launching", "promoted:"} or (
+        len(words) > 1 and words[1] == "started"
+    )
+
+
+def _loss_curve(outcome: Any) -> Path | None:
+    """The loss curve next to the local provenance, from the copied metrics.jsonl."""
+    from dflashops.report.training_plots import write_loss_curve
+
+    metrics = outcome.metrics_file
+    if metrics is None:
+        return None
+    title = f"drafter train {outcome.plan.container}: run {outcome.plan.run}"
+    path: Path = write_loss_curve(metrics, metrics.parent, title=title)
+    return path

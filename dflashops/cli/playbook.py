@@ -9,7 +9,7 @@ from dflashops.cli.context import dump_json
 
 @click.group()
 def playbook() -> None:
-    """Inspect playbooks (model, drafter, engine, server args, bench, tune)."""
+    """Inspect playbooks (model, drafter, engine, server args, bench, tune, train)."""
 
 
 @playbook.command("show")
@@ -34,3 +34,10 @@ def show(name_or_path: str, overrides: tuple[str, ...], as_json: bool) -> None:
     import yaml
 
     click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
+    if book.train is not None:
+        # the train section's nulls are not gaps: say what fills them
+        click.echo(
+            f"# train: run name {book.train_run_name}; drafter keys left null come from the "
+            "registry entry of drafter.ref, else the target's config and tokenizer "
+            "(`dflashops drafter train NAME --dry-run` shows each value and its source)"
+        )

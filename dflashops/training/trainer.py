@@ -57,6 +57,8 @@ from dflashops.progress import Say
 from dflashops.training.job import TrainingJob
 from dflashops.training.prepare import RECORD_FILE, torch_device
 
+# the checkpoint speculators saves when a signal stops training (graceful_shutdown.py)
+INTERRUPTED = "interrupted"
 METRICS_LOGGER = "speculators.metrics"  # speculators' per-step metric records (dicts)
 
 
@@ -87,11 +89,22 @@ def train_drafter(job: TrainingJob, say: Say) -> dict[str, Any]:
         else f"train: starting on {device} ({job.train.max_steps or job.train.epochs} "
         + ("steps)" if job.train.max_steps else "epochs)")
     )
+    interrupted = checkpoints / INTERRUPTED
+    shutil.rmtree(interrupted, ignore_errors=True)
     started = time.monotonic()
     recorder = _MetricsRecorder(metrics, say, job.train.max_steps)
     with _adapted_to(device, job, recorder):
         cli.main(cfg)
     seconds = time.monotonic() - started
+    if interrupted.exists():
+        # speculators catches SIGINT/SIGTERM, saves "interrupted" and returns as if finished;
+        # that save is not one it resumes from (it asks for a manual rename), so drop it and
+        # fail: a rerun resumes from the last numbered checkpoint.
+        shutil.rmtree(interrupted, ignore_errors=True)
+        raise TrainError(
+            f"the train stage was interrupted after {recorder.steps} step(s) this run",
+            hint=f"rerun to resume from the last checkpoint in {checkpoints}",
+        )
     final = read_final_metrics(metrics)
     done = recorder.steps
     return {

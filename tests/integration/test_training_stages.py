@@ -63,6 +63,7 @@ class TrainedRun:
     prepared_first: StageRun | None = None
     interrupted: StageRun | None = None
     checkpoint_step_before_rerun: int = 0
+    marked_done_when_interrupted: bool = False
 
     @property
     def folder(self) -> Path:
@@ -116,7 +117,8 @@ def _run_stage(
     runtime: VllmRuntime, job: TrainingJob, stage: Stage, *, kill_after_step: int | None = None
 ) -> StageRun:
     """``python -m dflashops.training STAGE`` in the runtime venv, one thread (deterministic);
-    with ``kill_after_step``, SIGKILL it once it reports that step (an interrupted run)."""
+    with ``kill_after_step``, SIGTERM it once it reports that step (Ctrl-C's, or what
+    ``drafter train`` sends an interrupted stage)."""
     started = time.monotonic()
     process = subprocess.Popen(
         [str(runtime.python), "-m", "dflashops.training", stage, "--job", job.paths.job],
@@ -134,7 +136,7 @@ def _run_stage(
             continue
         messages.append(data["message"])
         if kill_after_step and data["message"].startswith(f"train: step {kill_after_step}/"):
-            process.send_signal(signal.SIGKILL)
+            process.send_signal(signal.SIGTERM)
     returncode = process.wait(timeout=STAGE_TIMEOUT_S)
     stderr = process.stderr.read()
     return StageRun(returncode, messages, done, stderr, round(time.monotonic() - started, 1))
@@ -157,6 +159,7 @@ def trained(
     (Path(job.paths.prepared) / "hidden_states" / "hs_3.safetensors").unlink()  # lost: redone
     run.stages["prepare"] = _run_stage(vllm_runtime, job, "prepare")
     run.interrupted = _run_stage(vllm_runtime, job, "train", kill_after_step=KILL_AFTER_STEP)
+    run.marked_done_when_interrupted = Path(job.paths.stage_done("train")).exists()
     state = sorted(Path(job.paths.checkpoints).glob("[0-9]*/training_state.json"))
     steps = [json.loads(p.read_text())["global_step"] for p in state]
     run.checkpoint_step_before_rerun = max(steps, default=0)
@@ -197,7 +200,11 @@ def test_prepare_writes_speculators_offline_files(trained: TrainedRun) -> None:
 
 def test_train_resumes_from_the_last_checkpoint(trained: TrainedRun) -> None:
     assert trained.interrupted is not None
-    assert trained.interrupted.returncode == -signal.SIGKILL
+    # speculators saves and returns on SIGTERM as if finished: the stage must still fail
+    assert trained.interrupted.returncode == 1, trained.interrupted.stderr
+    assert "interrupted" in trained.interrupted.stderr
+    assert len(trained.interrupted.stderr.strip().splitlines()) == 1
+    assert not trained.marked_done_when_interrupted
     resumed_at = trained.checkpoint_step_before_rerun
     assert 0 < resumed_at < MAX_STEPS
     done = trained.stages["train"].done

@@ -3,8 +3,12 @@
 A pytest plugin: ``pytest_plugins = ["tests.support.vllm_servers"]``.
 
 * ``vllm_runtime``: the lab's vLLM CPU venv (``dflashops lab models`` installs it).
-* ``lab_models``: the lab models, built fresh for the session into a temp folder (~25 s).
-* ``dflash_server``, ``ngram_server``, ``decay_server``: a server with that speculative method.
+* ``lab_models``: the cached build of the lab models (``ensure_lab_models``: built once, ~5 min,
+  where the cache lacks a current build; CI builds it in setup), or the finished build that
+  ``DFLASHOPS_LAB_MODELS`` names.
+* ``dflash_server``, ``ngram_server``, ``decay_server``: a server with that speculative method;
+  ``guessed_server``: DFlash with the trained drafter's guessed-config copy (the incident),
+  started as ``launch --force`` starts it (the preflight does not validate the drafter config).
 
 Only ONE server runs at a time (2 cores, ~3.2 GiB each): asking for another kind stops the
 running one, so group tests by server kind. Servers start through the bundled
@@ -33,13 +37,14 @@ from typing import Any
 import httpx
 import pytest
 
-from dflashops.lab.models.ensure import run_builder
+from dflashops.lab.models.ensure import ensure_lab_models
 from dflashops.lab.models.layout import LabModels
 from dflashops.lab.runtime import VllmRuntime, find_runtime, lab_server_spec
 from dflashops.server.spec import ServerSpec
 from tests.support.vllm_slot import VllmSlot, yields_slot
 
 NEED_VLLM_ENV = "DFLASHOPS_NEED_VLLM"
+LAB_MODELS_ENV = "DFLASHOPS_LAB_MODELS"
 START_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 30.0
 NUM_SPECULATIVE_TOKENS = 4
@@ -179,8 +184,8 @@ class ServerPool:
 
     def speculative_config(self, kind: str) -> tuple[dict[str, Any], Path | None]:
         k = NUM_SPECULATIVE_TOKENS
-        if kind == "dflash":
-            drafter = self.models.dflash
+        if kind in ("dflash", "guessed"):
+            drafter = self.models.dflash if kind == "dflash" else self.models.dflash_guessed
             return {"method": "dflash", "model": str(drafter), "num_speculative_tokens": k}, (
                 drafter
             )
@@ -197,6 +202,11 @@ class ServerPool:
             }
             return config, None
         raise ValueError(kind)
+
+    def forced(self, kind: str) -> bool:
+        """Whether ``kind`` serves a drafter whose config is known wrong (``guessed``, or a
+        subclass's ``guessed@K``): started as ``launch --force`` starts it."""
+        return kind.partition("@")[0] == "guessed"
 
     def get(self, kind: str) -> VllmServer:
         current = self.current
@@ -229,6 +239,10 @@ class ServerPool:
             extra_env={"VLLM_LOG_STATS_INTERVAL": "1"},
         )
         spec.min_shm_bytes = 64 * 2**20
+        if self.forced(kind):
+            # as launch --force renders it: without a method, preflight checks the drafter's
+            # files but does not refuse its config (the argv still carries the method)
+            spec.method = None
         spec_path = run_dir / "server.json"
         spec_path.write_text(spec.to_json())
         log_path = run_dir / "server.log"
@@ -287,11 +301,13 @@ def vllm_runtime() -> VllmRuntime:
 
 
 @pytest.fixture(scope="session")
-def lab_models(vllm_runtime: VllmRuntime, tmp_path_factory: pytest.TempPathFactory) -> LabModels:
-    """A fresh build of the lab models (seed 0) for this session."""
-    out = tmp_path_factory.mktemp("lab-models") / "models"
-    run_builder(vllm_runtime, out, seed=0, progress=lambda _message: None)
-    return LabModels(out)
+def lab_models(vllm_runtime: VllmRuntime) -> LabModels:
+    """The lab models (seed 0): the cache's build, made there first if it is missing or stale
+    (training the target and the DFlash drafter: ~5 min), or the one ``DFLASHOPS_LAB_MODELS``
+    names. Shared, so tests only read it."""
+    named = os.environ.get(LAB_MODELS_ENV)
+    models, _built = ensure_lab_models(vllm_runtime, Path(named) if named else None)
+    return models
 
 
 @pytest.fixture(scope="session")
@@ -315,6 +331,12 @@ def dflash_server(vllm_pool: ServerPool) -> VllmServer:
 def ngram_server(vllm_pool: ServerPool) -> VllmServer:
     """vLLM with n-gram (prompt lookup) drafting (k=4)."""
     return vllm_pool.get("ngram")
+
+
+@pytest.fixture
+def guessed_server(vllm_pool: ServerPool) -> VllmServer:
+    """vLLM with the trained DFlash drafter under the incident's guessed config (k=4)."""
+    return vllm_pool.get("guessed")
 
 
 @pytest.fixture

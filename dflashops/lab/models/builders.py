@@ -1,14 +1,15 @@
-"""Build the lab models offline: a tiny Qwen3 target, a DFlash drafter, an identical draft, a
-draft whose per-position acceptance decays, and prompts.
+"""Build the lab models offline: a tiny Qwen3 target trained on the shipped corpus, an identical
+draft, a draft whose per-position acceptance decays, and prompts. The DFlash drafter is trained
+from the target afterwards, through the drafter training stages (``dflash_build``).
 
 Runs inside the vLLM venv (torch, transformers, tokenizers and safetensors come with vLLM), as
-``python -m dflashops.lab.models OUT``. The weights are random (there is no hub access), drawn
-from fixed seeds on one CPU thread, so the same seed and corpus give byte-identical files.
+``python -m dflashops.lab.models OUT``. There is no hub access: the target is trained here
+(``target_training``), from fixed seeds on one CPU thread, so the same seed and corpus give
+byte-identical files.
 
 Why these shapes: the CPU attention backend supports head_dim 32 (not smaller); 4 target layers
-give a DFlash drafter several target layers to read; untied embeddings and a wider init make the
-random target's greedy output depend on its context instead of echoing the last token forever,
-so a perturbed copy disagrees with it at a rate that the noise scale controls.
+give a DFlash drafter several target layers to read; the input and output embeddings stay untied,
+as in the lab's first (random) target, so its shape and its registry entry are unchanged.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dflashops.lab.models import acceptance, layout, prompts
-from dflashops.lab.models.tokenizer import MASK, save_tokenizer, train_tokenizer
+from dflashops.lab.models import acceptance, layout, prompts, target_training
+from dflashops.lab.models.dflash_build import build_dflash
+from dflashops.lab.models.layout import NUM_SPECULATIVE_TOKENS
+from dflashops.lab.models.tokenizer import save_tokenizer, train_tokenizer
+from dflashops.lab.runtime import VllmRuntime
 from dflashops.progress import Say, quiet
 
 TARGET_SHAPE: dict[str, Any] = {
@@ -32,28 +36,24 @@ TARGET_SHAPE: dict[str, Any] = {
     "head_dim": 32,
     "max_position_embeddings": 2048,
     "tie_word_embeddings": False,
-    "initializer_range": 0.1,
 }
-DFLASH_LAYERS = 1
-# DFlash semantics: 0-based decoder layers whose outputs feed the drafter (vLLM adds 1).
-DFLASH_TARGET_LAYER_IDS = (0, 1, 2)
-NUM_SPECULATIVE_TOKENS = 4
-DFLASH_BLOCK_SIZE = NUM_SPECULATIVE_TOKENS + 1
 
-# The decaying draft: the target with Gaussian noise on its upper layers' matrices, the noise
-# scale (relative to each matrix's std) chosen from these candidates to come closest to the aim.
+# The decaying draft: the target with Gaussian noise on its layers' matrices, the noise scale
+# (relative to each matrix's std) chosen from these candidates to come closest to the aim.
 # Acceptance falls as the scale grows, so the search stops once the error rose twice in a row.
+# The trained target is confident (its loss on the corpus is ~0.6), so only noise on every layer,
+# about as large as the weights themselves, moves its argmax; noise on the upper layers alone
+# (what the random target needed) left acceptance above 0.9 at every position up to a scale of 0.8.
 # Given a matching prefix the draft sees the target's own context, so each position is accepted
-# with about the same chance and the cumulative rates fall about geometrically (p, p², p³, p⁴):
-# 0.8 at position 0 with 0.2 at position 3 is out of reach for a perturbed copy, and the search
-# lands in between (about 0.72 / 0.28 offline, 0.78 / 0.32 on the vLLM CPU server).
-DECAY_LAYERS = (2, 3)
+# with a similar chance and the cumulative rates fall roughly geometrically: 0.8 at position 0
+# with 0.2 at position 3 is out of reach for a perturbed copy, and the search lands in between
+# (scale 0.75: 0.66 / 0.47 / 0.31 / 0.26 offline, 0.66 / 0.49 / 0.32 / 0.27 on the vLLM server).
+DECAY_LAYERS = (0, 1, 2, 3)
 DECAY_AIM = {0: 0.8, 3: 0.2}
-DECAY_SCALES = (0.05, 0.065, 0.08, 0.095, 0.11, 0.13, 0.16, 0.2, 0.25)
+DECAY_SCALES = (0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 1.0, 1.2)
 DECAY_MAX_NEW_TOKENS = 32
 
 SEED_TARGET = 0
-SEED_DFLASH = 1
 SEED_DECAY = 2
 
 
@@ -75,13 +75,18 @@ def _bf16_copy(model: Any) -> Any:
     return copy.deepcopy(model).to(_torch().bfloat16)
 
 
+def _as_served(model: Any) -> Any:
+    """A copy as the lab's vLLM runs it: the bf16 checkpoint's weights, computed in float32."""
+    return _bf16_copy(model).to(_torch().float32)
+
+
 def _save_model(model: Any, tokenizer: Any, path: Path) -> None:
     _bf16_copy(model).save_pretrained(str(path))
     save_tokenizer(tokenizer, path)
 
 
 def build_target(tokenizer: Any, seed: int) -> Any:
-    """A random Qwen3ForCausalLM (float32 in memory) sized by ``TARGET_SHAPE``."""
+    """An untrained Qwen3ForCausalLM (float32 in memory) sized by ``TARGET_SHAPE``."""
     torch = _torch()
     from transformers import (  # type: ignore[import-not-found, unused-ignore]
         Qwen3Config,
@@ -94,6 +99,7 @@ def build_target(tokenizer: Any, seed: int) -> Any:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.pad_token_id,
+        initializer_range=target_training.INIT_RANGE,
         **TARGET_SHAPE,
     )
     return Qwen3ForCausalLM(config).eval()
@@ -118,13 +124,14 @@ def perturbed_copy(model: Any, layers: Sequence[int], scale: float, seed: int) -
 def calibrate_decay(
     target: Any, prompt_ids: Sequence[Sequence[int]], seed: int, progress: Say
 ) -> tuple[float, list[dict[str, Any]]]:
-    """Pick the noise scale whose acceptance comes closest to ``DECAY_AIM`` (bf16, like vLLM)."""
-    target_bf16 = _bf16_copy(target)
+    """Pick the noise scale whose acceptance comes closest to ``DECAY_AIM`` (with the weights
+    vLLM serves: bf16 files, float32 compute)."""
+    served_target = _as_served(target)
     trials: list[dict[str, Any]] = []
     for scale in DECAY_SCALES:
-        draft = _bf16_copy(perturbed_copy(target, DECAY_LAYERS, scale, seed))
+        draft = _as_served(perturbed_copy(target, DECAY_LAYERS, scale, seed))
         result = acceptance.simulate(
-            target_bf16,
+            served_target,
             draft,
             prompt_ids,
             k=NUM_SPECULATIVE_TOKENS,
@@ -149,95 +156,62 @@ def calibrate_decay(
     return float(best["scale"]), trials
 
 
-def write_dflash(target_dir: Path, out: Path, seed: int) -> None:
-    """A random ``DFlashDraftModel`` that vLLM accepts for the target in ``target_dir``.
+def build_all(
+    out_dir: Path,
+    seed: int = 0,
+    progress: Say | None = None,
+    *,
+    runtime: VllmRuntime | None = None,
+) -> layout.LabModels:
+    """Build every lab model into ``out_dir`` (replacing what is there); write the manifest last.
 
-    Layout as vLLM's ``qwen3_dflash`` loads it: no ``model.`` prefix, no embed/lm_head (shared
-    from the target), ``fc.weight`` of ``[hidden, hidden × len(target_layer_ids)]``.
+    Without ``runtime`` the DFlash drafter is left out (it needs the target served by vLLM) and
+    the build has no manifest: it is the deterministic part alone, byte-identical for a seed.
     """
-    torch = _torch()
-    from safetensors.torch import save_file  # type: ignore[import-not-found, unused-ignore]
-
-    tc = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
-    tokenizer = json.loads((target_dir / "tokenizer.json").read_text(encoding="utf-8"))
-    mask_id = next(t["id"] for t in tokenizer["added_tokens"] if t["content"] == MASK)
-    hidden, inter, head_dim = tc["hidden_size"], tc["intermediate_size"], tc["head_dim"]
-    heads, kv_heads = tc["num_attention_heads"], tc["num_key_value_heads"]
-    config = {
-        key: value
-        for key, value in tc.items()
-        if key not in ("transformers_version", "tie_word_embeddings", "layer_types")
-    }
-    config.update(
-        {
-            "architectures": ["DFlashDraftModel"],
-            "num_hidden_layers": DFLASH_LAYERS,
-            # full_attention → non-causal in vLLM; mixed sliding/full needs the V2 runner (no CPU)
-            "layer_types": ["full_attention"] * DFLASH_LAYERS,
-            "num_target_layers": tc["num_hidden_layers"],
-            "block_size": DFLASH_BLOCK_SIZE,
-            "tie_word_embeddings": False,
-            "dflash_config": {
-                "mask_token_id": mask_id,
-                "target_layer_ids": list(DFLASH_TARGET_LAYER_IDS),
-            },
-        }
-    )
-    generator = torch.Generator().manual_seed(seed + SEED_DFLASH)
-
-    def rand(*shape: int) -> Any:
-        return (torch.randn(*shape, generator=generator) * 0.02).to(torch.bfloat16)
-
-    def ones(n: int) -> Any:
-        return torch.ones(n, dtype=torch.bfloat16)
-
-    weights: dict[str, Any] = {
-        "fc.weight": rand(hidden, hidden * len(DFLASH_TARGET_LAYER_IDS)),
-        "hidden_norm.weight": ones(hidden),
-        "norm.weight": ones(hidden),
-    }
-    for layer in range(DFLASH_LAYERS):
-        p = f"layers.{layer}."
-        weights |= {
-            p + "input_layernorm.weight": ones(hidden),
-            p + "post_attention_layernorm.weight": ones(hidden),
-            p + "self_attn.q_proj.weight": rand(heads * head_dim, hidden),
-            p + "self_attn.k_proj.weight": rand(kv_heads * head_dim, hidden),
-            p + "self_attn.v_proj.weight": rand(kv_heads * head_dim, hidden),
-            p + "self_attn.o_proj.weight": rand(hidden, heads * head_dim),
-            p + "self_attn.q_norm.weight": ones(head_dim),
-            p + "self_attn.k_norm.weight": ones(head_dim),
-            p + "mlp.gate_proj.weight": rand(inter, hidden),
-            p + "mlp.up_proj.weight": rand(inter, hidden),
-            p + "mlp.down_proj.weight": rand(hidden, inter),
-        }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    save_file(dict(sorted(weights.items())), str(out / "model.safetensors"), {"format": "pt"})
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (target_dir / name).is_file():
-            shutil.copyfile(target_dir / name, out / name)
-
-
-def build_all(out_dir: Path, seed: int = 0, progress: Say | None = None) -> layout.LabModels:
-    """Build every lab model into ``out_dir`` (replacing what is there); write the manifest last."""
     say = progress or quiet
+    models = layout.LabModels(Path(out_dir))
+    models.root.mkdir(parents=True, exist_ok=True)
+    models.manifest.unlink(missing_ok=True)
+    for name in layout.BUILT:
+        path = models.root / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    build_target_and_drafts(models, seed, say)
+    if runtime is None:
+        return models
+    build_dflash(models, runtime, seed=seed, say=say)
+    for path in models.root.rglob("*"):
+        # readable by a container's root too (unprivileged LXC maps it to another uid)
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    manifest = {
+        "format_version": layout.FORMAT_VERSION,
+        "seed": seed,
+        "corpus_sha256": layout.corpus_sha256(),
+        "files": layout.tree_digest(models.root, exclude=(layout.MANIFEST,)),
+    }
+    models.manifest.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    say(f"done: {models.root}")
+    return models
+
+
+def build_target_and_drafts(models: layout.LabModels, seed: int, say: Say) -> None:
+    """The deterministic part: tokenizer, trained target, identical and decaying drafts, prompts."""
     _deterministic()
     from transformers.utils import logging as hf_logging  # type: ignore[import-not-found, unused-ignore]
 
     hf_logging.disable_progress_bar()
     torch = _torch()
-    models = layout.LabModels(Path(out_dir))
-    models.root.mkdir(parents=True, exist_ok=True)
-    models.manifest.unlink(missing_ok=True)
-    for name in (layout.TARGET, layout.DFLASH, layout.DRAFT_IDENTICAL, layout.DRAFT_DECAY):
-        shutil.rmtree(models.root / name, ignore_errors=True)
-
     say("training the tokenizer on the corpus")
     tokenizer = train_tokenizer()
 
-    say("building the target (random Qwen3)")
+    say("training the target (Qwen3, 4 layers) on the corpus")
     target = build_target(tokenizer, seed)
+    trained = target_training.train_target(target, tokenizer, seed, say)
+    models.target_training.write_text(
+        json.dumps(trained.to_json(), indent=2) + "\n", encoding="utf-8"
+    )
     # Round-trip through bf16 first: what vLLM serves is the bf16 checkpoint, and the decaying
     # draft's noise is added to exactly those weights.
     target = target.to(torch.bfloat16).to(torch.float32)
@@ -257,7 +231,7 @@ def build_all(out_dir: Path, seed: int = 0, progress: Say | None = None) -> layo
     _save_model(draft, tokenizer, models.draft_decay)
     chosen = next(t for t in trials if t["scale"] == scale)
     report = {
-        "method": "greedy speculative decoding, bf16, transformers (offline)",
+        "method": "greedy speculative decoding, bf16 weights in float32, transformers (offline)",
         "k": NUM_SPECULATIVE_TOKENS,
         "max_new_tokens": DECAY_MAX_NEW_TOKENS,
         "prompts": len(prompt_ids),
@@ -268,19 +242,3 @@ def build_all(out_dir: Path, seed: int = 0, progress: Say | None = None) -> layo
         "trials": trials,
     }
     models.acceptance.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-
-    say("building the DFlash drafter")
-    write_dflash(models.target, models.dflash, seed)
-
-    for path in models.root.rglob("*"):
-        # readable by a container's root too (unprivileged LXC maps it to another uid)
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    manifest = {
-        "format_version": layout.FORMAT_VERSION,
-        "seed": seed,
-        "corpus_sha256": layout.corpus_sha256(),
-        "files": layout.tree_digest(models.root, exclude=(layout.MANIFEST,)),
-    }
-    models.manifest.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    say(f"done: {models.root}")
-    return models

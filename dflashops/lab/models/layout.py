@@ -15,15 +15,34 @@ from typing import Any
 from dflashops.cache import cache_root
 
 # Bump when the builders change what they write, so a cached build is rebuilt.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 TARGET = "tiny-qwen3"
 DFLASH = "tiny-qwen3-dflash"
+# the same weights with the config the incident's operator guessed (``lab demo`` replays it)
+DFLASH_GUESSED = "tiny-qwen3-dflash-guessed"
+# how the drafter was trained: job, dataset, the target's answers, loss log, provenance
+DFLASH_TRAINING = "tiny-qwen3-dflash-training"
 DRAFT_IDENTICAL = "tiny-qwen3-draft-identical"
 DRAFT_DECAY = "tiny-qwen3-draft-decay"
 PROMPTS = "prompts.jsonl"
 ACCEPTANCE = "acceptance.json"
+TARGET_TRAINING = "target-training.json"
 MANIFEST = "manifest.json"
+# everything a build writes (a rebuild removes these first)
+BUILT = (
+    TARGET,
+    DFLASH,
+    DFLASH_GUESSED,
+    DFLASH_TRAINING,
+    DRAFT_IDENTICAL,
+    DRAFT_DECAY,
+    PROMPTS,
+    ACCEPTANCE,
+    TARGET_TRAINING,
+)
+# the k the lab serves with: the decaying draft is calibrated and the DFlash drafter trained for it
+NUM_SPECULATIVE_TOKENS = 4
 
 
 def default_models_dir() -> Path:
@@ -46,6 +65,14 @@ class LabModels:
         return self.root / DFLASH
 
     @property
+    def dflash_guessed(self) -> Path:
+        return self.root / DFLASH_GUESSED
+
+    @property
+    def dflash_training(self) -> Path:
+        return self.root / DFLASH_TRAINING
+
+    @property
     def draft_identical(self) -> Path:
         return self.root / DRAFT_IDENTICAL
 
@@ -60,6 +87,10 @@ class LabModels:
     @property
     def acceptance(self) -> Path:
         return self.root / ACCEPTANCE
+
+    @property
+    def target_training(self) -> Path:
+        return self.root / TARGET_TRAINING
 
     @property
     def manifest(self) -> Path:
