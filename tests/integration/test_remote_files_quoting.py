@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dflashops.remote import RemoteTransferError
 from dflashops.lab.host_model import SshHost
+from dflashops.remote import RemoteTransferError
 from dflashops.remote.files import FileUpload, _commit, _Plan
 from tests.support.ssh_hosts import connect_to
 
