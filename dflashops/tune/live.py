@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport
 from dflashops.bench.settings import BenchSettings
+from dflashops.deployment.access import connect
 from dflashops.deployment.playbooks import playbook_for_container
 from dflashops.errors import TuneInputError
 from dflashops.inventory.load import Inventory
@@ -37,6 +38,7 @@ from dflashops.playbook.models import Playbook
 from dflashops.progress import Say, quiet
 from dflashops.pydantic_errors import first_error_line
 from dflashops.roofline.request import RooflineRequest
+from dflashops.tune.k_ceiling import dflash_k_ceiling
 from dflashops.tune.model import TuneResult, TuneSettings
 from dflashops.tune.plan import Probe, TunePlan
 from dflashops.tune.request import LiveTuneRequest
@@ -197,7 +199,9 @@ def live_tune(
     # k* is written by a one-line edit: a playbook without exactly one k line fails now
     k_line_change(path.read_text(encoding="utf-8"), current_k)
     plan = TunePlan(
-        settings=_settings(request, book, path),
+        settings=_within_drafter(
+            inventory, request.container, book, _settings(request, book, path), tell
+        ),
         budget=request.budget if request.budget is not None else book.tune.budget,
         current_k=current_k,
     )
@@ -241,6 +245,24 @@ def _settings(request: LiveTuneRequest, book: Playbook, path: Path) -> TuneSetti
             field="k-min",
             hint="give both --k-min and --k-max",
         ) from exc
+
+
+def _within_drafter(
+    inventory: Inventory, container: str, book: Playbook, settings: TuneSettings, say: Say
+) -> TuneSettings:
+    """``settings`` with ``k_max`` at most what the container's DFlash drafter can serve."""
+    with connect(inventory, container) as conn:
+        ceiling = dflash_k_ceiling(conn, book)
+    if ceiling is None or settings.k_max <= ceiling:
+        return settings
+    if settings.k_min > ceiling:
+        raise TuneInputError(
+            f"k_min {settings.k_min} is above {ceiling}, the most this drafter serves "
+            f"(block_size {ceiling + 1})",
+            field="k-min",
+        )
+    say(f"k_max {settings.k_max} lowered to {ceiling}: the drafter's block_size is {ceiling + 1}")
+    return settings.model_copy(update={"k_max": ceiling})
 
 
 class _ContainerSteps:
