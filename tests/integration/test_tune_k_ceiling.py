@@ -42,5 +42,8 @@ def test_the_ceiling_is_block_size_minus_one_in_either_layout(
             resolve_playbook_path("lab-dflash"), [f"drafter.model.path={tmp_path / 'none'}"]
         )
         assert dflash_k_ceiling(conn, missing) is None  # the drafter check speaks for it
-        ngram = load_playbook(resolve_playbook_path("lab-dflash"), ["drafter.method=ngram"])
+        ngram = load_playbook(
+            resolve_playbook_path("lab-dflash"),
+            ["drafter.method=ngram", "drafter.model=null", "drafter.ref=null"],
+        )
         assert dflash_k_ceiling(conn, ngram) is None
