@@ -172,7 +172,8 @@ class _IncidentSteps:
             self.report.refused = exc.one_line()
         else:
             raise LabError("launch served the guessed drafter config instead of refusing it")
-        return f"refused: {self.report.refused}"
+        count = self.report.refused.split(" error(s)", 1)[0].rsplit(" ", 1)[-1]
+        return f"refused: {count} drafter check error(s), named below"
 
     def launch(self, *, force: bool) -> str:
         from dflashops.launch.core import launch
