@@ -67,12 +67,22 @@ def write_loss_curve(metrics: Path, out_dir: Path, *, title: str | None = None) 
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     ax.set_title(title or f"drafter training: {metrics.parent.name}")
-    if curve.accuracies:
+    shown = _accuracies_to_show(curve.accuracies)
+    if shown:
         acc_ax = ax.twinx()
-        for name, points in sorted(curve.accuracies.items()):
+        for name, points in sorted(shown.items()):
             acc_ax.plot([s for s, _ in points], [v for _, v in points], linestyle="--", label=name)
         acc_ax.set_ylabel("accuracy")
         acc_ax.set_ylim(0, 1)
-        acc_ax.legend(loc="center right", fontsize="small")
+        acc_ax.legend(loc="lower right", fontsize="x-small", framealpha=0.9)
     ax.legend(loc="upper right")
     return save_figure(fig, out_dir / LOSS_PNG)
+
+
+def _accuracies_to_show(
+    accuracies: dict[str, list[tuple[int, float]]],
+) -> dict[str, list[tuple[int, float]]]:
+    """The held-out accuracies when the run logged them (per-step training ones are noisy and
+    would bury them), else the training ones."""
+    held_out = {name: points for name, points in accuracies.items() if name.startswith("val_")}
+    return held_out or accuracies
