@@ -111,7 +111,7 @@ def demo(as_json: bool) -> None:
          the server stays at k*, kept in <lab state>/lab-dflash.tuned.yaml
     Re-running is safe: each run replays the incident from the start; a tuned
     playbook is reused for the same drafter (delete it to tune again). On 2 CPU
-    cores a run with everything cached takes about 5 minutes.
+    cores a run with everything cached takes about 3 minutes.
     """
     from dflashops.lab.demo import run_demo
 
