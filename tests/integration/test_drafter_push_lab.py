@@ -48,23 +48,21 @@ def test_wrong_config_refused_then_pushed_and_served(lab_inventory: Inventory) -
     with SshConnection.from_access(ct.ssh, host=ct.ssh_host, deadline=60) as conn:
         conn.run(f"rm -rf {PUSHED} && cp -r {LAB_DRAFTER} {PUSHED}")
         config = json.loads(get_text(conn, f"{PUSHED}/config.json"))
-        config["dflash_config"]["mask_token_id"] = 7  # ordinary text, not <|mask|>
-        config["dflash_config"]["target_layer_ids"] = [1, 2, 3]  # same count: fc still fits
+        # the lab drafter is in the speculators layout (trained and exported by speculators)
+        config["mask_token_id"] = 7  # ordinary text, not <|mask|>
+        config["aux_hidden_state_layer_ids"] = [2, 3, 4]  # target layers 1-3: fc still fits
         conn.run(f"cat > {PUSHED}/config.json", stdin=json.dumps(config, indent=2))
     book = load_playbook(
         resolve_playbook_path("lab-dflash"),
         [f"drafter.model.path={PUSHED}", "drafter.ref=dflashops-lab/tiny-qwen3-dflash"],
     )
 
-    with pytest.raises(Exception, match=r"mask_token_id|target_layer_ids") as refused:
+    with pytest.raises(Exception, match=r"mask_token_id|aux_hidden_state_layer_ids") as refused:
         launch(lab_inventory, "lab-ct1", book)
     assert type(refused.value).__name__ == "LaunchRefused"
 
     result = push_drafter_config(lab_inventory, "lab-ct1", book)
-    assert {c.key for c in result.changes} == {
-        "dflash_config.mask_token_id",
-        "dflash_config.target_layer_ids",
-    }
+    assert {c.key for c in result.changes} == {"mask_token_id", "aux_hidden_state_layer_ids"}
     assert result.pushed and result.backup
     assert not [f for f in result.findings if f.startswith("error")]
 

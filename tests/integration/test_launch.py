@@ -408,8 +408,8 @@ def test_real_vllm_broken_drafter_is_rolled_back(lab: Lab, vllm_slot: None) -> N
             "rm -rf /srv/broken-dflash && "
             "cp -r /opt/lab/models/tiny-qwen3-dflash /srv/broken-dflash && "
             'python3 -c \'import json; p="/srv/broken-dflash/config.json"; c=json.load(open(p)); '
-            'c["dflash_config"]["target_layer_ids"]=[0, 1]; json.dump(c, open(p, "w"))\''
-        )
+            'c["aux_hidden_state_layer_ids"]=[1, 2]; json.dump(c, open(p, "w"))\''
+        )  # the speculators layout the lab drafter is exported in: target layers 0 and 1
     broken = "drafter.model.path=/srv/broken-dflash"
 
     refused = lab_launch(lab, broken, timeout=120)

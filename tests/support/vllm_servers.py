@@ -301,13 +301,19 @@ def vllm_runtime() -> VllmRuntime:
 
 
 @pytest.fixture(scope="session")
-def lab_models(vllm_runtime: VllmRuntime) -> LabModels:
+def lab_models(vllm_runtime: VllmRuntime, tmp_path_factory: pytest.TempPathFactory) -> LabModels:
     """The lab models (seed 0): the cache's build, made there first if it is missing or stale
     (training the target and the DFlash drafter: ~5 min), or the one ``DFLASHOPS_LAB_MODELS``
-    names. Shared, so tests only read it."""
+    names. Shared, so tests only read it.
+
+    Served through a link whose path does not say "dflash": vLLM 0.32 picks a draft model's
+    method from its path, and the cache's (``~/.cache/dflashops/…``) would make the decaying
+    ``draft_model`` a DFlash drafter (the lab's containers mount it at ``/opt/lab/models``)."""
     named = os.environ.get(LAB_MODELS_ENV)
     models, _built = ensure_lab_models(vllm_runtime, Path(named) if named else None)
-    return models
+    link = tmp_path_factory.mktemp("lab") / "models"
+    link.symlink_to(models.root, target_is_directory=True)
+    return LabModels(link)
 
 
 @pytest.fixture(scope="session")
