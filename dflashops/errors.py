@@ -7,6 +7,7 @@ needs to act: the file and key, the host and command, the PVE status, the log ta
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 
@@ -169,6 +170,39 @@ class TuneInputError(DflashopsError):
 
 class LabError(DflashopsError):
     """The local lab could not be started, queried or torn down."""
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters, cut at a word with an ellipsis."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:  # a word boundary not too far back; else cut inside a long token
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "\u2026"
+
+
+_WARNED: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """One ``warning: ...`` line on stderr, once per command run per message.
+
+    Security defaults an operator must hear about (TLS unchecked, a secret file others can read)
+    go through here rather than ``logging`` or ``warnings``: those may be silenced or rerouted by
+    libraries (proxmoxer disables urllib3's warnings for the whole process).
+    """
+    if message in _WARNED:
+        return
+    _WARNED.add(message)
+    print(f"warning: {shorten(message, 400)}", file=sys.stderr, flush=True)
+
+
+def reset_warnings() -> None:
+    """Forget which warnings were shown (the CLI calls it as each command starts)."""
+    _WARNED.clear()
 
 
 def tail_lines(text: str, n: int) -> str:

@@ -8,13 +8,14 @@ the value never appears in ``repr``, logs or ``inventory show``.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from dflashops.errors import SecretError
+from dflashops.errors import SecretError, warn
 
 INLINE_REFUSED = "secrets are never written inline: use {env: VAR_NAME} or {file: /path/to/file}"
 
@@ -30,7 +31,9 @@ class SecretRef(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _refuse_inline(cls, value: Any) -> Any:
-        if isinstance(value, str | int | float):
+        # Anything but a mapping is an inline value (a string, a number, a list, bytes): the
+        # message never repeats it, whatever its type.
+        if not isinstance(value, dict | SecretRef):
             raise ValueError(INLINE_REFUSED)
         return value
 
@@ -38,8 +41,9 @@ class SecretRef(BaseModel):
     def _exactly_one(self) -> SecretRef:
         if (self.env is None) == (self.file is None):
             raise ValueError("give exactly one of env: or file:")
-        if self.env is not None and not self.env.replace("_", "").isalnum():
-            raise ValueError(f"env must be a variable name, not {self.env!r}")
+        if self.env is not None and not ENV_NAME.fullmatch(self.env):
+            # not echoed: a secret pasted where its variable's name belongs must not be printed
+            raise ValueError("env must be a variable name (letters, digits and _)")
         return self
 
     def describe(self) -> str:
@@ -62,26 +66,56 @@ class SecretRef(BaseModel):
             if not value:
                 raise SecretError(f"environment variable {self.env} is not set or empty")
             return value
+        return _read_secret_file(self._path())
+
+    def _path(self) -> Path:
         assert self.file is not None
-        path = self.file.expanduser()
         try:
-            value = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise SecretError(f"secret file {path} cannot be read: {exc.strerror}") from None
-        if not value:
-            raise SecretError(f"secret file {path} is empty")
-        return value
+            return self.file.expanduser()
+        except RuntimeError:  # ~nouser/...: no such user, no home to expand
+            raise SecretError(
+                f"secret file {self.file} cannot be read: its ~user does not exist"
+            ) from None
 
     def loose_permissions(self) -> bool:
         """True when the secret file is readable by group or others (worth a warning)."""
         if self.file is None:
             return False
         try:
-            mode = self.file.expanduser().stat().st_mode
-        except OSError:
+            mode = self._path().stat().st_mode
+        except (OSError, SecretError):
             return False
         return bool(mode & (stat.S_IRWXG | stat.S_IRWXO))
 
     def redacted(self) -> dict[str, str]:
         """What ``inventory show`` prints: the reference, never the value."""
         return {"env": self.env} if self.env is not None else {"file": str(self.file)}
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _read_secret_file(path: Path) -> str:
+    """The stripped text of a secret file; every way it can be unusable is a ``SecretError``.
+
+    A file group or others may read still works, with a warning naming it.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SecretError(f"secret file {path} cannot be read: {exc.strerror}") from None
+    try:
+        value = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise SecretError(f"secret file {path} is not UTF-8 text") from None
+    if "\x00" in value:
+        raise SecretError(f"secret file {path} contains a NUL byte (not a text secret)")
+    if not value:
+        raise SecretError(f"secret file {path} is empty")
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = 0
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        warn(f"secret file {path} can be read or written by group or others (chmod 600 {path})")
+    return value

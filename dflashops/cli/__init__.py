@@ -59,16 +59,31 @@ class LazyGroup(click.Group):
         return command
 
     def invoke(self, ctx: click.Context) -> Any:
+        from dflashops.cli.context import describe_unexpected
         from dflashops.errors import DflashopsError
 
         try:
             return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # Click's own usage errors and exits (Exit is a RuntimeError)
         except DflashopsError as exc:
-            app = ctx.find_object(AppContext)
-            if app is not None and app.debug:
+            if _debug(ctx):
                 raise
             click.echo(f"error: {exc.one_line()}", err=True)
             ctx.exit(exc.cli_exit_code)
+        except Exception as exc:
+            # Anything else that escapes a command is still one line, never a traceback:
+            # what failed (the file, the value) and exit 1, or 2 for bad input.
+            if _debug(ctx):
+                raise
+            line, code = describe_unexpected(exc)
+            click.echo(f"error: {line} (hint: --debug shows the traceback)", err=True)
+            ctx.exit(code)
+
+
+def _debug(ctx: click.Context) -> bool:
+    app = ctx.find_object(AppContext)
+    return app is not None and app.debug
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,6 +108,9 @@ def cli(ctx: click.Context, debug: bool, inventory_path: Path | None) -> None:
                 (including inventory/playbook errors), 3 drafter check found
                 warnings only, 4 drafter check found errors.
     """
+    from dflashops.errors import reset_warnings
+
+    reset_warnings()
     ctx.obj = AppContext(debug=debug, inventory_path=inventory_path)
     if debug:
         import logging

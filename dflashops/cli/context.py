@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,5 +48,47 @@ def lab_inventory_path() -> Path:
 
 
 def dump_json(data: Any) -> str:
-    """The one JSON document a ``--json`` command prints on stdout."""
-    return json.dumps(data, indent=2, sort_keys=False, default=str)
+    """The one JSON document a ``--json`` command prints on stdout.
+
+    Strict JSON: a non-finite float (a rate of ``inf``, a ``nan`` mean) becomes ``null``, never
+    the bare ``Infinity``/``NaN`` that Python writes and other parsers reject.
+    """
+    return json.dumps(_finite(data), indent=2, sort_keys=False, default=_plain, allow_nan=False)
+
+
+def _plain(value: Any) -> Any:
+    """What ``json`` cannot serialise itself: numbers stay numbers (finite), the rest text."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(value) for value in data]
+    return data
+
+
+def describe_unexpected(exc: BaseException) -> tuple[str, int]:
+    """One line for an exception that is not a ``DflashopsError``, and its exit code.
+
+    Names what failed where the exception knows it (the file of an ``OSError``); bad input
+    (a ``ValueError``: undecodable text, a number out of range, nesting too deep) is exit 2.
+    """
+    from dflashops.errors import shorten
+
+    if isinstance(exc, OSError):
+        target = exc.filename if exc.filename is not None else None
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        line = f"{target}: {reason}" if target is not None else reason
+        return shorten(line), 1
+    if isinstance(exc, UnicodeDecodeError):
+        return shorten(f"input is not {exc.encoding} text (byte {exc.start})"), 2
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, ValueError | RecursionError):
+        return shorten(f"invalid input: {text}"), 2
+    return shorten(f"{type(exc).__name__}: {text}"), 1

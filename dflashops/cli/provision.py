@@ -185,13 +185,20 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
     """One view per container: PVE state, vmid, node, address, tags (and the server, once
     launched)."""
     from dflashops.launch.status import status_probe
+    from dflashops.proxmox.errors import ProvisionError
     from dflashops.proxmox.lifecycle import container_status
 
     entries = container_status(app.inventory(), names, server_probe=status_probe)
     if as_json:
         click.echo(dump_json([e.model_dump(mode="json") for e in entries]))
-        return
-    _render_status(entries)
+    else:
+        _render_status(entries)
+    failed = [e for e in entries if e.state == "error"]
+    if failed:  # a row that could not be read (PVE unreachable) is not a status: exit 1
+        raise ProvisionError(
+            f"status of {len(failed)} of {len(entries)} container(s) could not be read: "
+            + "; ".join(f"{e.name}: {e.note}" for e in failed)
+        )
 
 
 def _server_cell(server: dict[str, Any] | None) -> str:

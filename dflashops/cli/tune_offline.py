@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,14 +10,15 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import dump_json
-from dflashops.cli.roofline_options import roofline_options
+from dflashops.cli.roofline_options import FiniteFloatRange, roofline_options
 from dflashops.cli.tune import PointsToSibling
 
 if TYPE_CHECKING:
     from dflashops.roofline.request import RooflineRequest
     from dflashops.tune.runs import TuneRun
 
-K_RANGE = click.IntRange(1, 64)
+K_LIMIT = 64  # tune.runs.K_LIMIT: the largest num_speculative_tokens the tuner models
+K_RANGE = click.IntRange(1, K_LIMIT)
 # options a TuneInputError's ``field`` may name; anything else becomes a plain usage error
 OPTION_FIELDS = {
     "acceptance",
@@ -111,7 +113,7 @@ Examples:
 )
 @click.option(
     "--drafted-per-draft",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="Mean draft tokens proposed per draft, measured with --acceptance.",
 )
 @click.option("--draft-fraction", metavar="Q0,Q1,…", help="Share of drafts proposing position i.")
@@ -119,7 +121,7 @@ Examples:
 @click.option("--k-max", type=K_RANGE, default=15, show_default=True, help="Largest k.")
 @click.option(
     "--tolerance",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=FiniteFloatRange(0, 1, max_open=True),
     default=0.0,
     show_default=True,
     help="Relative: the smallest k within it of the best wins.",
@@ -215,11 +217,16 @@ def _floats(text: str, option: str) -> tuple[float, ...]:
     values: list[float] = []
     for part in _items([text]):
         try:
-            values.append(float(part))
+            value = float(part)
         except ValueError:
             raise click.BadParameter(
-                f"{part!r} is not a number", param_hint=f"'{option}'"
+                f"{_shown(part)} is not a number", param_hint=f"'{option}'"
             ) from None
+        if not math.isfinite(value):
+            raise click.BadParameter(
+                f"{_shown(part)} is not a finite number", param_hint=f"'{option}'"
+            )
+        values.append(value)
     if not values:
         raise click.BadParameter("no values", param_hint=f"'{option}'")
     return tuple(values)
@@ -233,19 +240,31 @@ def _pairs(values: tuple[str, ...], option: str) -> list[tuple[int, str]]:
     pairs: list[tuple[int, str]] = []
     for item in _items(values):
         k_text, sep, value = item.partition(":")
-        if not sep or not k_text.isdigit() or int(k_text) < 1 or not value:
+        if not sep or not k_text.isdigit() or not value:
             raise click.BadParameter(
-                f"{item!r} is not K:VALUE with K ≥ 1", param_hint=f"'{option}'"
+                f"{_shown(item)} is not K:VALUE with K 1..{K_LIMIT}", param_hint=f"'{option}'"
             )
-        pairs.append((int(k_text), value))
+        k = int(k_text) if len(k_text) <= len(str(K_LIMIT)) else K_LIMIT + 1
+        if not 1 <= k <= K_LIMIT:
+            raise click.BadParameter(
+                f"{_shown(item)} is not K:VALUE with K 1..{K_LIMIT} (num_speculative_tokens; "
+                "engines and the tuner accept no more)",
+                param_hint=f"'{option}'",
+            )
+        pairs.append((k, value))
     return pairs
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for an error message, cut so a hostile argument stays one short line."""
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
 
 
 def _seconds(text: str) -> float:
     match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s)?", text.strip())
-    if match is None or float(match.group(1)) <= 0:
+    if match is None or not 0 < float(match.group(1)) < math.inf:
         raise click.BadParameter(
-            f"{text!r} is not a positive duration (0.026, 0.026s or 26ms)",
+            f"{_shown(text)} is not a positive duration (0.026, 0.026s or 26ms; finite)",
             param_hint="'--step-cost'",
         )
     value = float(match.group(1))
@@ -257,8 +276,10 @@ def _positive(text: str, option: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if value <= 0:
-        raise click.BadParameter(f"{text!r} is not a positive number", param_hint=f"'{option}'")
+    if not 0 < value < math.inf:  # NaN fails both comparisons
+        raise click.BadParameter(
+            f"{_shown(text)} is not a positive number (finite)", param_hint=f"'{option}'"
+        )
     return value
 
 

@@ -20,12 +20,18 @@ from pydantic import (
     HttpUrl,
     Tag,
     field_validator,
+    model_validator,
 )
 
 from dflashops.secrets import SecretRef
 
 NAME_RE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
+# Values written into PVE property strings (``net0: name=eth0,bridge=X``, ``mp0: HOST,mp=PATH``)
+# must not carry that syntax: a ``,`` or ``=`` would add properties of the writer's choosing.
+BRIDGE_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$"  # a Linux interface name (IFNAMSIZ 16)
+STORAGE_RE = r"^[A-Za-z][A-Za-z0-9_.-]*$"  # PVE's pve-storage-id
+PROPERTY_UNSAFE = re.compile(r"[,=\s\x00-\x1f\x7f]")
 MANAGED_TAG = "dflashops"
 Passthrough = Literal["auto", "devN", "raw"]
 NvidiaDriver = Literal["install", "expect-present", "skip"]
@@ -34,7 +40,8 @@ NvidiaDriver = Literal["install", "expect-present", "skip"]
 class Strict(BaseModel):
     """Base: unknown keys are errors, values are immutable after validation."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: ``timeout_s: .inf`` is a typo or an attack, never a setting
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SshAccess(Strict):
@@ -66,14 +73,18 @@ class PasswordAuth(Strict):
 
 
 def _auth_kind(value: object) -> str:
-    """Pick the auth model by its keys, so errors speak of the one the user meant."""
+    """Pick the auth model by its keys, so errors speak of the one the user meant.
+
+    The tags are model names, never key names: pydantic puts the tag into error locations, and a
+    tag equal to a key (``password``) would make the location read ``auth.password.password``.
+    """
     if isinstance(value, dict):
-        return "token" if {"token_name", "token_secret"} & value.keys() else "password"
-    return "token" if isinstance(value, TokenAuth) else "password"
+        return "TokenAuth" if {"token_name", "token_secret"} & value.keys() else "PasswordAuth"
+    return "TokenAuth" if isinstance(value, TokenAuth) else "PasswordAuth"
 
 
 Auth = Annotated[
-    Annotated[TokenAuth, Tag("token")] | Annotated[PasswordAuth, Tag("password")],
+    Annotated[TokenAuth, Tag("TokenAuth")] | Annotated[PasswordAuth, Tag("PasswordAuth")],
     Discriminator(_auth_kind),
 ]
 
@@ -100,7 +111,20 @@ class Cluster(Strict):
     def _https_only(cls, url: HttpUrl) -> HttpUrl:
         if url.scheme != "https":
             raise ValueError("the PVE API is served over https")
+        if url.username is not None or url.password is not None:
+            # the URL is printed (inventory show, errors); credentials go under auth:
+            raise ValueError("api_url must not carry user:password@; put credentials under auth")
+        if url.port == 0:
+            raise ValueError("api_url port 0 is not a port (PVE listens on 8006)")
         return url
+
+    @model_validator(mode="after")
+    def _tls_consistent(self) -> Cluster:
+        if self.ca_file is not None and not self.verify_tls:
+            raise ValueError(
+                "ca_file with verify_tls: false is contradictory: the CA would never be used"
+            )
+        return self
 
     @property
     def can_set_devices(self) -> bool:
@@ -115,6 +139,16 @@ class Network(Strict):
     ip: str = "dhcp"
     gateway: str | None = None
     vlan: int | None = Field(None, ge=1, le=4094)
+
+    @field_validator("bridge")
+    @classmethod
+    def _bridge_name(cls, value: str) -> str:
+        if not re.fullmatch(BRIDGE_RE, value):
+            raise ValueError(
+                "bridge must be an interface name (letters, digits, _ . -, at most 15), "
+                "without commas or '='"
+            )
+        return value
 
     @field_validator("ip")
     @classmethod
@@ -154,6 +188,8 @@ class Mount(Strict):
     def _absolute(cls, value: Path) -> Path:
         if not value.is_absolute():
             raise ValueError("must be an absolute path")
+        if PROPERTY_UNSAFE.search(str(value)):
+            raise ValueError("must not contain commas, '=', spaces or control characters")
         return value
 
 
@@ -163,7 +199,7 @@ class ContainerVars(Strict):
     cluster: Name | None = None
     node: Name | None = None
     template: str | None = None
-    storage: str | None = None
+    storage: str | None = Field(None, pattern=STORAGE_RE)
     rootfs_gb: int | None = Field(None, ge=4, le=65536)
     cores: int | None = Field(None, ge=1, le=8192)
     memory_mb: int | None = Field(None, ge=512)
@@ -196,7 +232,7 @@ class Container(Strict):
     node: Name
     groups: list[Name] = []
     template: str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
-    storage: str = "local-lvm"
+    storage: str = Field("local-lvm", pattern=STORAGE_RE)
     rootfs_gb: int = Field(64, ge=4, le=65536)
     cores: int = Field(8, ge=1, le=8192)
     memory_mb: int = Field(65536, ge=512)
@@ -236,6 +272,17 @@ class Container(Strict):
     def _template_volid(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]*:vztmpl/[\w.+-]+", value):
             raise ValueError("template must be a volume id like local:vztmpl/NAME.tar.zst")
+        return value
+
+    @field_validator("nameserver")
+    @classmethod
+    def _nameservers(cls, value: str | None) -> str | None:
+        if value is not None:
+            for address in value.split():
+                try:
+                    ipaddress.ip_address(address)
+                except ValueError:
+                    raise ValueError("nameserver must be IP addresses, space-separated") from None
         return value
 
     @field_validator("gpus")

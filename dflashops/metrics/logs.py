@@ -13,8 +13,9 @@ rate used across them: ``log_models.RATE_FORMULAS`` and ``CONSISTENT_RATE``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from dflashops.errors import ParseError
 from dflashops.metrics import log_sglang, log_vllm
@@ -46,14 +47,32 @@ class UnrecognizedLogError(ParseError):
     cli_exit_code = 2  # invalid input (README "Exit codes"), like an unreadable inventory
 
 
+#: longest line kept; a window line is a few hundred characters, the rest of a longer one is
+#: dropped so one hostile line cannot hold the whole file in memory or feed the regexes megabytes
+MAX_LINE_BYTES = 64 * 1024
+
+
 def parse_log_file(path: Path) -> LogSummary:
-    """Read and parse a log file (undecodable bytes are replaced, not fatal)."""
+    """Read and parse a log file line by line, in bounded memory (undecodable bytes are
+    replaced, not fatal)."""
     try:
-        # bytes, not read_text(): universal newlines would turn a progress bar's "\r" into lines
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        # bytes, not text mode: universal newlines would turn a progress bar's "\r" into lines
+        with path.open("rb") as handle:
+            return parse_log(_file_lines(handle))
     except OSError as exc:
         raise UnrecognizedLogError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return parse_log(text)
+
+
+def _file_lines(handle: BinaryIO) -> Iterator[str]:
+    """Lines split on "\n" only, each cut at :data:`MAX_LINE_BYTES` (its rest is skipped)."""
+    while True:
+        chunk = handle.readline(MAX_LINE_BYTES)
+        if not chunk:
+            return
+        if not chunk.endswith(b"\n") and len(chunk) == MAX_LINE_BYTES:
+            while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+        yield chunk.rstrip(b"\n").decode("utf-8", errors="replace")
 
 
 def require_windows(summary: LogSummary, source: str) -> LogSummary:

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dflashops.secrets import INLINE_REFUSED
+
 Method = Literal["dflash", "mtp", "eagle3", "ngram", "draft_model", "none"]
 EngineName = Literal["vllm", "sglang"]
 # methods whose draft weights live in a separate checkpoint
@@ -29,8 +31,17 @@ VLLM_METHOD_FROM_PATH = (
 ENV_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
+# words in an env var or flag name that say its value is a secret (HF_TOKEN, --api-key)
+SECRET_WORDS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD"})
+SERVER_SECRET_REFUSED = (
+    f"{INLINE_REFUSED}; a literal here lands in server.json and launch.sh, "
+    "so give the server's API key by server.api_key_env"
+)
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: ``timeout_s: .inf`` is a typo or an attack, never a setting
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSource(Strict):
@@ -132,6 +143,27 @@ class Server(Strict):
         if isinstance(value, dict):
             return {key: _env_text(item) for key, item in value.items()}
         return value
+
+    @field_validator("env")
+    @classmethod
+    def _no_secret_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if _names_secret(name.upper().split("_")):
+                raise ValueError(f"{name}: {SERVER_SECRET_REFUSED}")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secret_args(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            flag = arg.partition("=")[0]
+            if flag.startswith("-") and _names_secret(flag.lstrip("-").upper().split("-")):
+                raise ValueError(f"{flag}: {SERVER_SECRET_REFUSED}")
+        return value
+
+
+def _names_secret(words: list[str]) -> bool:
+    return any(word in SECRET_WORDS for word in words)
 
 
 def _env_text(value: object) -> object:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
-from dflashops.errors import ProxmoxError
+from dflashops.errors import ProxmoxError, shorten, warn
 from dflashops.inventory.models import Cluster, PasswordAuth
 
 if TYPE_CHECKING:
@@ -98,9 +98,7 @@ class PveClient:
         from proxmoxer import ProxmoxAPI
 
         url = urlsplit(str(cluster.api_url))
-        verify: bool | str = cluster.verify_tls
-        if cluster.verify_tls and cluster.ca_file is not None:
-            verify = str(cluster.ca_file.expanduser())
+        verify = _tls_verify(cluster, url.hostname or "?")
         kwargs: dict[str, Any] = {
             "port": url.port or 8006,
             "verify_ssl": verify,
@@ -329,6 +327,37 @@ class PveClient:
         )
 
 
+def _tls_verify(cluster: Cluster, host: str) -> bool | str:
+    """``verify_ssl`` for proxmoxer: the CA file (checked readable now), True, or False loudly.
+
+    proxmoxer silences urllib3's InsecureRequestWarning for the whole process, so without this
+    warning a password would go to an unchecked peer with no word said.
+    """
+    if not cluster.verify_tls:
+        warn(
+            f"verify_tls is false for {host}: the PVE {_credential(cluster)} is sent without "
+            "checking the server's certificate (set ca_file instead)"
+        )
+        return False
+    if cluster.ca_file is None:
+        return True
+    try:
+        ca_file = cluster.ca_file.expanduser()
+        with ca_file.open("rb"):
+            pass
+    except (OSError, RuntimeError) as exc:
+        reason = getattr(exc, "strerror", None) or "its ~user does not exist"
+        raise ProxmoxError(
+            f"ca_file {cluster.ca_file} for {host} cannot be read: {reason}",
+            hint="copy /etc/pve/pve-root-ca.pem from the node there, or fix ca_file",
+        ) from None
+    return str(ca_file)
+
+
+def _credential(cluster: Cluster) -> str:
+    return "password" if isinstance(cluster.auth, PasswordAuth) else "API token"
+
+
 @contextmanager
 def translate_errors(what: str) -> Iterator[None]:
     """Turn proxmoxer and transport exceptions into :class:`ProxmoxError` with PVE's message."""
@@ -365,4 +394,4 @@ def _errors_dict(errors: Any) -> dict[str, str] | None:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+    return shorten(text[0]) if text else type(exc).__name__

@@ -16,11 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dflashops.errors import TuneInputError
 from dflashops.roofline.model import RooflineResult, RooflineSpec, roofline
 from dflashops.tune.acceptance import AcceptanceCurve, Extrapolation
-from dflashops.tune.runs import TuneRun, cost_points, curve_from_runs, measured_throughput
+from dflashops.tune.runs import (
+    K_LIMIT,
+    TuneRun,
+    cost_points,
+    curve_from_runs,
+    measured_throughput,
+)
 from dflashops.tune.stepcost import LINEAR_TOLERANCE, FitMethod, StepCostFit, fit_step_cost
 
-# a k is vLLM's num_speculative_tokens; no drafter in use drafts more than a few dozen
-K_LIMIT = 64
 # relative difference below which two predictions count as a tie (float noise, not a signal)
 TIE_EPSILON = 1e-9
 
@@ -28,7 +32,7 @@ TIE_EPSILON = 1e-9
 class TuneSettings(BaseModel):
     """The search range and the modelling choices."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     k_min: int = Field(default=1, ge=1, le=K_LIMIT)
     k_max: int = Field(default=15, ge=1, le=K_LIMIT)

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dflashops.tune.model import K_LIMIT, TuneInputs, TuneResult, TuneSettings, analyse
-from dflashops.tune.runs import TuneRun
+from dflashops.tune.model import TuneInputs, TuneResult, TuneSettings, analyse
+from dflashops.tune.runs import K_LIMIT, TuneRun
 
 
 class Probe(BaseModel):

@@ -11,12 +11,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dflashops.roofline.request import RooflineRequest
-from dflashops.tune.model import K_LIMIT, TuneSettings
-from dflashops.tune.runs import TuneRun
+from dflashops.tune.model import TuneSettings
+from dflashops.tune.runs import K_LIMIT, TuneRun
 
 
 class _Given(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LiveTuneRequest(_Given):

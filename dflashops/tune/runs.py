@@ -22,6 +22,10 @@ from dflashops.tune.acceptance import (
 from dflashops.tune.fitmath import isotonic, weighted_mean
 from dflashops.tune.stepcost import CostPoint
 
+# a k is vLLM's num_speculative_tokens; no drafter in use drafts more than a few dozen, and a
+# bound keeps every per-k loop (acceptance curves, predictions) small whatever a file says
+K_LIMIT = 64
+
 
 class TuneRun(BaseModel):
     """What one benchmark at ``num_speculative_tokens = k`` measured (batch 1, decode only).
@@ -32,9 +36,9 @@ class TuneRun(BaseModel):
     propose fewer than k tokens (n-gram); ``num_drafts`` weights runs when merging acceptance.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    k: int = Field(ge=1, description="num_speculative_tokens of this run")
+    k: int = Field(ge=1, le=K_LIMIT, description="num_speculative_tokens of this run")
     output_tok_s: float | None = Field(
         default=None, gt=0, description="single-stream output tokens per second (decode)"
     )

@@ -39,7 +39,7 @@ from dflashops.tune.runs import TuneRun
 class RunsDocument(BaseModel):
     """The interim ``--from`` layout."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     runs: list[TuneRun] = Field(min_length=1)
     note: str | None = None
