@@ -4,6 +4,7 @@ error the same way, as a real key path and a reason without pydantic's internal 
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,8 +55,14 @@ def _is_model_tag(part: str | int) -> bool:
     return isinstance(part, str) and ("[" in part or part[:1].isupper())
 
 
+# repr of a hostile input (a huge nested structure) must not itself take long or much memory
+_REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 2, 50, 50
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 4
+
+
 def _short_repr(value: Any) -> str:
-    text = repr(value)
+    text = _REPR.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dflashops.errors import ConfigError
+from dflashops.errors import ConfigError, shorten
 from dflashops.pydantic_errors import Loc, dotted, first_error
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -165,7 +165,7 @@ _FLOATS = yaml.SafeLoader("")  # only its float constructor is used
 
 
 def _reason(exc: Exception) -> str:
-    return " ".join(str(exc).split())[:200]
+    return shorten(" ".join(str(exc).split()))
 
 
 def _scalar_key(node: yaml.Node) -> str | int:

@@ -58,6 +58,10 @@ class LayerAttention:
         return ", ".join(f"layer {i}: {k}" for i, k in enumerate(kinds))
 
 
+# far above any drafter's layer count: a hostile num_hidden_layers must not allocate billions
+MAX_RESOLVED_LAYERS = 4096
+
+
 def check_attention(ctx: CheckContext, layers: int | None) -> DrafterShape:
     """``layer_types``, ``use_swa`` and the window, checked together: what runs, and whether
     it can run."""
@@ -67,7 +71,8 @@ def check_attention(ctx: CheckContext, layers: int | None) -> DrafterShape:
         return DrafterShape(sample_from_anchor=anchor)
     use_swa = _use_swa(ctx)
     count = layers if layers is not None else (len(listed) if listed else None)
-    if count is None:
+    if count is None or count > MAX_RESOLVED_LAYERS:
+        # a layer count no drafter has (another check names it) is not expanded layer by layer
         return DrafterShape(sample_from_anchor=anchor)
     kinds = listed if listed else _transformers_default(ctx, count)
     attention = _resolve(ctx, kinds, use_swa, listed=bool(listed))

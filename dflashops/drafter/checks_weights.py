@@ -56,7 +56,8 @@ def _check_layer_count(ctx: CheckContext, found: set[int], layers: int | None) -
     if not found or layers is None:
         return
     count = max(found) + 1
-    gaps = sorted(set(range(count)) - found)
+    # a hostile header ("layers.999999999.…") must not make a billion-element set
+    gaps = sorted(set(range(count)) - found) if count <= 4 * len(found) + 4096 else []
     if count == layers and not gaps:
         return
     held = f"{len(found)} (layers 0..{count - 1} in the checkpoint" + (

@@ -74,6 +74,9 @@ class TargetShape:
         return f"{arch}, {self.layers} layers, hidden {self.hidden}, vocab {self.vocab}, {kinds}"
 
 
+MAX_LAYERS = 4096
+
+
 def target_layer_types(target: TargetFiles, layers: int | None) -> tuple[str, ...] | None:
     """The attention kind of every target layer, the way transformers resolves it.
 
@@ -84,8 +87,10 @@ def target_layer_types(target: TargetFiles, layers: int | None) -> tuple[str, ..
     raw = target.text_value("layer_types")
     if isinstance(raw, list) and raw and all(isinstance(v, str) for v in raw):
         return tuple(raw)
-    if raw is not MISSING or layers is None:
-        return None  # a layer_types that is not a list of names says nothing usable
+    if raw is not MISSING or layers is None or layers > MAX_LAYERS:
+        # a layer_types that is not a list of names says nothing usable; a layer count no model
+        # has is not expanded layer by layer (a hostile config must not allocate billions)
+        return None
     interval = target.text_value("full_attention_interval")
     if is_int(interval) and interval >= 1:
         return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers))

@@ -153,6 +153,16 @@ def test_huge_lists_and_numbers() -> None:
     assert result.summary.errors >= 3
 
 
+def test_huge_layer_counts_are_not_expanded_layer_by_layer() -> None:
+    """Found by the fuzzer: 2,092,162,496 layers once made a list per layer (gigabytes)."""
+    cfg = {"num_hidden_layers": 2_092_162_496}
+    target = TargetFiles("t", {"num_hidden_layers": 2_092_162_496})
+    assert_sane(validate_drafter(DrafterFiles("j", cfg), target, ENTRY, None, None))
+    result = validate_drafter(DrafterFiles("k", config(CORRECTED) | cfg), TARGET_FILES, ENTRY)
+    assert_sane(result)
+    assert result.summary.errors >= 1
+
+
 def one_line_or_result(directory: Path) -> str:
     """ "error" (a one-line DrafterError) or "result" (sane findings); anything else fails."""
     try:

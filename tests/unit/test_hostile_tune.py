@@ -93,7 +93,9 @@ def test_non_finite_acceptance_is_refused(value: str) -> None:
         {"k": 2, "output_tok_s": float("nan")},
     ],
 )
-def test_hostile_runs_in_a_from_file_are_refused(tmp_path: Path, run_fields: dict[str, object]) -> None:
+def test_hostile_runs_in_a_from_file_are_refused(
+    tmp_path: Path, run_fields: dict[str, object]
+) -> None:
     path = tmp_path / "runs.json"
     path.write_text(json.dumps({"runs": [{"k": 1, "step_time_s": 0.02}, run_fields]}))
     start = time.monotonic()
