@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import AppContext, dump_json
-from dflashops.cli.options import playbook_option
+from dflashops.cli.options import playbook_option, skip_pve_check_option
 from dflashops.cli.roofline_options import roofline_options
 
 if TYPE_CHECKING:
@@ -96,6 +96,7 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 )
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@skip_pve_check_option
 @pass_app
 def bench(  # Click passes every option by keyword
     app: AppContext,

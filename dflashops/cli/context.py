@@ -19,6 +19,7 @@ class AppContext:
 
     debug: bool = False
     inventory_path: Path | None = None
+    skip_pve_check: bool = False  # a command's --skip-pve-check (cli.options)
 
     def resolve_inventory_path(self) -> Path:
         """``-i`` / ``DFLASHOPS_INVENTORY``, else ``./inventory.yaml``, else the lab's."""
@@ -37,7 +38,8 @@ class AppContext:
     def inventory(self, overrides: Iterable[str] = ()) -> Inventory:
         from dflashops.inventory.load import load_inventory
 
-        return load_inventory(self.resolve_inventory_path(), overrides)
+        inventory = load_inventory(self.resolve_inventory_path(), overrides)
+        return inventory.without_pve_check() if self.skip_pve_check else inventory
 
 
 def lab_inventory_path() -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from dflashops.cli.context import dump_json
-from dflashops.cli.options import playbook_option
+from dflashops.cli.options import playbook_option, skip_pve_check_option
 
 _REGISTRY = click.option(
     "--registry",
@@ -134,6 +134,7 @@ def diff(
 @click.option("--dry-run", is_flag=True, help="Show the keys that would change; write nothing.")
 @_REGISTRY
 @_JSON
+@skip_pve_check_option
 @click.pass_obj
 def push(
     app: Any,
@@ -269,6 +270,7 @@ Examples:
     help="Local folder for provenance, loss curve and report (default ./drafter-train-NAME-RUN).",
 )
 @_JSON
+@skip_pve_check_option
 @click.pass_obj
 def train(
     app: Any,

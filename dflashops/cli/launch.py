@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from dflashops.cli.context import AppContext, dump_json
-from dflashops.cli.options import playbook_option
+from dflashops.cli.options import playbook_option, skip_pve_check_option
 from dflashops.cli.progress import spinner
 
 pass_app = click.make_pass_decorator(AppContext)
@@ -45,6 +45,7 @@ def _playbook_path(container: str, given: str | None) -> Path:
 @click.option("--force", is_flag=True, help="Launch even when the drafter check finds errors.")
 @_TIMEOUT
 @_JSON
+@skip_pve_check_option
 @pass_app
 def launch(
     app: AppContext,
@@ -165,6 +166,7 @@ def _show_plan(console: Any, report: Any) -> None:
 @click.command()
 @click.argument("name")
 @_JSON
+@skip_pve_check_option
 @pass_app
 def stop(app: AppContext, name: str, as_json: bool) -> None:
     """Stop the server in container NAME (under systemd also disable it)."""
@@ -183,6 +185,7 @@ def stop(app: AppContext, name: str, as_json: bool) -> None:
 @click.argument("name")
 @_TIMEOUT
 @_JSON
+@skip_pve_check_option
 @pass_app
 def restart(app: AppContext, name: str, timeout_s: float, as_json: bool) -> None:
     """Restart the deployed server in container NAME and wait until it is ready."""
@@ -203,6 +206,7 @@ def restart(app: AppContext, name: str, timeout_s: float, as_json: bool) -> None
 @click.option(
     "--lines", "-n", type=click.IntRange(min=0), default=50, show_default=True, help="Lines."
 )
+@skip_pve_check_option
 @pass_app
 def logs(app: AppContext, name: str, follow: bool, lines: int) -> None:
     """Print the server log of container NAME (/var/log/dflashops/server.log)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dflashops.deployment.managed import ManagedCheck, confirm_managed
 from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import Container
@@ -17,14 +18,15 @@ from dflashops.remote import SshConnection
 class ContainerAccess:
     """A container of the inventory and an (unopened) SSH connection to it.
 
-    Only containers the inventory names can be reached this way: the inventory is the list of
-    what dflashops manages, so a typo never lands a command in someone else's machine.
+    Only containers the inventory names, and that PVE confirms dflashops manages, are reached
+    this way: a typo or a reused address never lands a command in someone else's machine.
     """
 
     name: str
     container: Container
     address: str
     conn: SshConnection
+    managed: ManagedCheck
 
     def __enter__(self) -> SshConnection:
         return self.conn.__enter__()
@@ -40,15 +42,23 @@ def server_address(container: Container) -> str | None:
 
 
 def connect(
-    inventory: Inventory, name: str, *, host: str | None = None, **options: Any
+    inventory: Inventory,
+    name: str,
+    *,
+    host: str | None = None,
+    pve_confirmed: ManagedCheck | None = None,
+    **options: Any,
 ) -> ContainerAccess:
-    """An SSH connection to container ``name`` (opened on first use).
+    """An SSH connection to container ``name`` (opened on first use), once PVE confirmed that
+    the container is one dflashops manages (:func:`~dflashops.deployment.managed.confirm_managed`).
 
     ``host`` replaces the inventory's address (``status`` passes the one PVE reports for a DHCP
-    container); ``options`` are :class:`~dflashops.remote.SshConnection` keywords (deadlines,
-    connect attempts).
+    container, with the check it already made as ``pve_confirmed``); an inventory loaded with
+    the operator's ``--skip-pve-check`` is not checked; ``options`` are
+    :class:`~dflashops.remote.SshConnection` keywords (deadlines, connect attempts).
     """
     container = inventory.container(name)
+    managed = pve_confirmed or confirm_managed(inventory, name, skip=inventory.pve_check_skipped)
     address = host or container.ssh_host
     if not address:
         raise DflashopsError(
@@ -56,4 +66,4 @@ def connect(
             hint="set network.ip or ssh.host in the inventory",
         )
     conn = SshConnection.from_access(container.ssh, host=address, name=name, **options)
-    return ContainerAccess(name, container, address, conn)
+    return ContainerAccess(name, container, address, conn, managed)

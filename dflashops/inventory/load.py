@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,13 @@ class Inventory:
     clusters: Mapping[str, Cluster]
     containers: Mapping[str, Container]
     doc: YamlDoc
+    #: the operator's ``--skip-pve-check`` for this run: reach containers at the inventory's
+    #: address without asking PVE that they are ones dflashops manages (PVE is down)
+    pve_check_skipped: bool = False
+
+    def without_pve_check(self) -> Inventory:
+        """This inventory, trusted without asking PVE (see :attr:`pve_check_skipped`)."""
+        return replace(self, pve_check_skipped=True)
 
     def container(self, name: str) -> Container:
         try:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.managed import ManagedCheck
 from dflashops.deployment.manifest import DeployedManifest
 from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory
@@ -184,8 +185,15 @@ def status_probe(inventory: Inventory, container: Container, entry: Any) -> dict
     if not host:
         return {"problem": "no address to reach the container over SSH"}
     try:
+        # the status row was just located through PVE: tag, hostname and vmid already agree
+        confirmed = ManagedCheck(container.name, entry.vmid, entry.node)
         with connect(
-            inventory, container.name, host=host, deadline=30.0, connect_attempts=1
+            inventory,
+            container.name,
+            host=host,
+            pve_confirmed=confirmed,
+            deadline=30.0,
+            connect_attempts=1,
         ) as conn:
             return server_status(conn).model_dump(mode="json")
     except DflashopsError as exc:

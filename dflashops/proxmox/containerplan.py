@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dflashops.inventory.models import Container
-from dflashops.proxmox.facts import ExistingCt, HostFacts, Resource, SiteFacts
+from dflashops.proxmox.facts import ExistingCt, HostFacts, SiteFacts
+from dflashops.proxmox.identity import Resource
 from dflashops.proxmox.rows import Row, row_lines
 
 Action = Literal["create", "change", "unchanged", "refused"]

@@ -28,7 +28,7 @@ from dflashops.proxmox.containerplan import (
     UpdateConfig,
 )
 from dflashops.proxmox.errors import ProvisionError, Replan
-from dflashops.proxmox.facts import list_resources
+from dflashops.proxmox.identity import list_resources
 from dflashops.proxmox.passthrough import edit_conf_text
 from dflashops.proxmox.session import PveSession
 from dflashops.remote import get_bytes

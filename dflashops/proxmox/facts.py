@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dflashops.errors import ProxmoxError
-from dflashops.inventory.models import MANAGED_TAG
 from dflashops.proxmox.client import PveClient, version_tuple
+from dflashops.proxmox.identity import split_tags
 from dflashops.remote import SshConnection
 
 CgroupMode = Literal["v1", "v2"]
@@ -306,45 +306,6 @@ def probe_site(client: PveClient, node: str, template_storages: set[str]) -> Sit
         templates=frozenset(templates),
         appliances=appliances,
     )
-
-
-# --------------------------------------------------------------------------- the container in PVE
-
-
-def split_tags(tags: str | None) -> list[str]:
-    """PVE tag lists are separated by ``;`` (also ``,`` or spaces when written by hand)."""
-    return [t for t in re.split(r"[;,\s]+", tags or "") if t]
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One container of ``/cluster/resources``."""
-
-    vmid: int
-    node: str
-    name: str
-    status: str
-    lock: str | None
-    tags: tuple[str, ...]
-
-    @property
-    def managed(self) -> bool:
-        return MANAGED_TAG in self.tags
-
-    @classmethod
-    def from_api(cls, item: Mapping[str, Any]) -> Resource:
-        return cls(
-            vmid=int(item["vmid"]),
-            node=str(item.get("node", "")),
-            name=str(item.get("name", "")),
-            status=str(item.get("status", "")),
-            lock=str(item["lock"]) if item.get("lock") else None,
-            tags=tuple(split_tags(item.get("tags"))),
-        )
-
-
-def list_resources(client: PveClient) -> list[Resource]:
-    return [Resource.from_api(item) for item in client.lxc_resources()]
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,55 @@
 
 A container is only ever changed when it carries the ``dflashops`` tag *and* its name matches;
 anything else under our name or vmid is refused with one line naming the vmid and what differs.
+Below the provisioning features: every command that reaches a container asks PVE first whether
+it is one dflashops manages (``deployment.managed``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from dflashops.inventory.models import MANAGED_TAG, Container
-from dflashops.proxmox.facts import Resource
+from dflashops.proxmox.client import PveClient
+
+
+def split_tags(tags: str | None) -> list[str]:
+    """PVE tag lists are separated by ``;`` (also ``,`` or spaces when written by hand)."""
+    return [t for t in re.split(r"[;,\s]+", tags or "") if t]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One container of ``/cluster/resources``."""
+
+    vmid: int
+    node: str
+    name: str
+    status: str
+    lock: str | None
+    tags: tuple[str, ...]
+
+    @property
+    def managed(self) -> bool:
+        return MANAGED_TAG in self.tags
+
+    @classmethod
+    def from_api(cls, item: Mapping[str, Any]) -> Resource:
+        return cls(
+            vmid=int(item["vmid"]),
+            node=str(item.get("node", "")),
+            name=str(item.get("name", "")),
+            status=str(item.get("status", "")),
+            lock=str(item["lock"]) if item.get("lock") else None,
+            tags=tuple(split_tags(item.get("tags"))),
+        )
+
+
+def list_resources(client: PveClient) -> list[Resource]:
+    return [Resource.from_api(item) for item in client.lxc_resources()]
 
 
 def locate(ct: Container, resources: Sequence[Resource]) -> tuple[Resource | None, list[str]]:

@@ -21,8 +21,7 @@ from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import MANAGED_TAG, Container
 from dflashops.proxmox.client import PveClient, is_not_found
 from dflashops.proxmox.errors import ProvisionError
-from dflashops.proxmox.facts import list_resources, split_tags
-from dflashops.proxmox.identity import locate
+from dflashops.proxmox.identity import list_resources, locate, split_tags
 from dflashops.proxmox.pveconfig import pve_supports_interfaces
 
 Progress = Callable[[str], None]

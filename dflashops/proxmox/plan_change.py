@@ -22,7 +22,8 @@ from dflashops.proxmox.containerplan import (
     Step,
     UpdateConfig,
 )
-from dflashops.proxmox.facts import ExistingCt, split_tags
+from dflashops.proxmox.facts import ExistingCt
+from dflashops.proxmox.identity import split_tags
 from dflashops.proxmox.passthrough import (
     PassthroughPlan,
     devn_changes,

@@ -21,14 +21,12 @@ from dflashops.proxmox.errors import ProvisionError
 from dflashops.proxmox.facts import (
     ExistingCt,
     HostFacts,
-    Resource,
     SiteFacts,
-    list_resources,
     probe_host,
     probe_site,
     read_existing,
 )
-from dflashops.proxmox.identity import concerns, locate
+from dflashops.proxmox.identity import Resource, concerns, list_resources, locate
 from dflashops.proxmox.plan import plan_container
 from dflashops.remote import SshConnection
 

@@ -66,7 +66,9 @@ def inventory_for(host: SshHost, tmp_path: Path) -> Inventory:
             """
         )
     )
-    return load_inventory(path)
+    # the loopback SSH host is not a PVE container: the PVE check is skipped, as the operator
+    # would with --skip-pve-check
+    return load_inventory(path).without_pve_check()
 
 
 def playbook_for(server: VllmServer, **bench: Any) -> Playbook:
@@ -263,10 +265,12 @@ def test_dflash_cli_bench_name(
     book.write_text(json.dumps(playbook_for(dflash_server).model_dump(mode="json")))
     out = tmp_path / "name.json"
     args = ["-i", str(inventory.path), "bench", CONTAINER, "-p", str(book), "-n", "1", "-c", "1"]
+    args.append("--skip-pve-check")  # the inventory's cluster is no PVE: said, and it goes on
     extra = ["--max-tokens", "16", "--server-log", str(dflash_server.log_path)]
     result = CliRunner().invoke(cli, [*args, *extra, "--out", str(out)], env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
     assert "server log, concurrency 1:" in result.output and "agrees with /metrics" in result.output
+    assert "warning: --skip-pve-check: acting on bench-ct" in result.output
     report = BenchReport.load(out)
     assert report.config.container == CONTAINER and report.config.playbook == "test-dflash"
     assert report.roofline is None  # a CPU server: said why, and what would give one

@@ -23,7 +23,7 @@ import yaml
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.proxmox.apply import ProvisionOptions, provision
 from dflashops.proxmox.client import PveClient
-from dflashops.proxmox.facts import list_resources
+from dflashops.proxmox.identity import list_resources
 from dflashops.proxmox.report import ProvisionReport
 from dflashops.remote import SshConnection
 from tests.support.lab import isolated_lab_env, require_lab, run_cli
@@ -214,6 +214,14 @@ class TestCurrentPve:
         assert names_in_pve(client, "stranger") == [970]
         done = dflashops(lab.env, "-i", str(inv.path), "destroy", "--yes", "stranger", check=False)
         assert done.returncode == 1 and "refused" in done.stderr
+        # every command that works inside a container asks PVE first (issue 20): the stranger's
+        # address is never used, whatever the inventory says
+        book = str(Path(__file__).parents[2] / "playbooks" / "lab-dflash.yaml")
+        for command in (["stop"], ["logs"], ["restart"], ["drafter", "push", "-p", book]):
+            refused = dflashops(lab.env, "-i", str(inv.path), *command, "stranger", check=False)
+            assert refused.returncode == 1, (command, refused.stderr)
+            assert "stranger: refused, vmid 970" in refused.stderr, (command, refused.stderr)
+            assert "lacks the 'dflashops' tag" in refused.stderr
         assert lab.conf(970).read_bytes() == before
 
     def test_locked_container_is_waited_for(self, lab: Lab) -> None:

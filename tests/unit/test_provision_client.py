@@ -24,7 +24,7 @@ from dflashops.proxmox.apply import (
 )
 from dflashops.proxmox.client import PveClient, is_digest_conflict
 from dflashops.proxmox.containerplan import ContainerPlan, PlanInputs
-from dflashops.proxmox.facts import list_resources
+from dflashops.proxmox.identity import list_resources
 from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult, container_status, destroy
 from dflashops.proxmox.plan import plan_container
 

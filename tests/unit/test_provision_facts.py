@@ -20,7 +20,6 @@ from dflashops.proxmox.facts import (
     HOST_PROBES,
     HostFacts,
     ProbeOutput,
-    Resource,
     host_facts_from_probes,
     parse_cgroup,
     parse_char_majors,
@@ -31,7 +30,7 @@ from dflashops.proxmox.facts import (
     split_probe_output,
 )
 from dflashops.proxmox.guest import guest_facts_from_probes
-from dflashops.proxmox.identity import locate
+from dflashops.proxmox.identity import Resource, locate
 from dflashops.proxmox.passthrough import (
     as_lxc_config,
     devn_changes,

@@ -31,7 +31,6 @@ from dflashops.proxmox.facts import (
     ExistingCt,
     HostFacts,
     ProbeOutput,
-    Resource,
     SiteFacts,
     StorageInfo,
     host_facts_from_probes,
@@ -49,6 +48,7 @@ from dflashops.proxmox.guest import (
     guest_probes,
     plan_guest,
 )
+from dflashops.proxmox.identity import Resource
 from dflashops.proxmox.plan import plan_container
 from dflashops.proxmox.rows import Row
 
