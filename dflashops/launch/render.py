@@ -111,6 +111,7 @@ def build_spec(playbook: Playbook, inputs: RenderInputs) -> ServerSpec:
         env=engine_env(playbook, inputs.required_env),
         preflight_report=inputs.layout.preflight_report,
         pidfile=inputs.layout.pidfile,
+        collective_check=cuda and server.collective_check,
     )
 
 

@@ -133,6 +133,12 @@ class Server(Strict):
     num_speculative_tokens: int | None = Field(None, ge=1, le=64)
     attention_backend: str | None = None
     enforce_eager: bool = False
+    collective_check: bool = Field(
+        False,
+        description="preflight runs one NCCL all-reduce across the TP GPUs before the model "
+        "loads (checks the sum, records the bus bandwidth; a hang fails in 120 s, not after "
+        "the load)",
+    )
     extra_args: list[str] = []
     env: dict[ENV_NAME, str] = {}
 

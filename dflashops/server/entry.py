@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from dflashops.server.preflight import ExitCode, PreflightReport, run_preflight
@@ -51,12 +52,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run the checks, print the report JSON and exit (no engine start)",
     )
+    parser.add_argument(
+        "--collective-check",
+        action="store_true",
+        help="also run one all-reduce across the tensor-parallel GPUs (NCCL), checking the sum "
+        "and recording the bus bandwidth, before a long model load (the spec's "
+        "collective_check turns it on for every launch)",
+    )
     args = parser.parse_args(argv)
 
     try:
         spec = ServerSpec.from_file(args.spec)
     except SpecError as exc:
         return _fail(f"spec {args.spec}: {exc}", ExitCode.SPEC)
+    if args.collective_check:
+        spec = replace(spec, collective_check=True)
 
     # The spec's env applies before torch is imported (CUDA_VISIBLE_DEVICES must count).
     os.environ.update(spec.env)

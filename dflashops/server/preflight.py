@@ -37,6 +37,7 @@ class ExitCode:
     GPU_MEMORY = 15
     SHM = 16
     ENGINE = 17
+    COLLECTIVE = 18
 
 
 class PreflightFailure(Exception):
@@ -89,6 +90,8 @@ class PreflightReport:
     peer_access: list[PeerAccess] | None = None
     nccl_p2p_disable: bool = False
     drafter_validation: dict[str, Any] | None = None
+    # the opt-in all-reduce across the TP GPUs (dflashops.server.collective), when it ran
+    collective: dict[str, Any] | None = None
     # variables preflight adds to the engine's environment (NCCL_P2P_DISABLE, drafter needs)
     exec_env: dict[str, str] = field(default_factory=dict)
     duration_s: float = 0.0
@@ -118,6 +121,7 @@ def run_preflight(spec: ServerSpec, environ: dict[str, str] | None = None) -> Pr
         check_drafter,
         check_shm,
         check_gpus,
+        check_collective,
     ]
     try:
         for check in checks:
@@ -362,6 +366,25 @@ def check_gpus(spec: ServerSpec, report: PreflightReport, env: dict[str, str]) -
         report.exec_env["NCCL_P2P_DISABLE"] = "1"
     detail = "all pairs" if not missing else f"missing for {len(missing)} of {len(pairs)} pairs"
     report.passed("peer-access", detail if pairs else "single GPU")
+
+
+def check_collective(spec: ServerSpec, report: PreflightReport, env: dict[str, str]) -> None:
+    """The opt-in all-reduce across the TP GPUs, with the environment the engine will get
+    (NCCL_P2P_DISABLE included when peer access was found missing)."""
+    if not spec.collective_check:
+        return
+    if not spec.expect_cuda:
+        report.passed("collective", "not checked (expect_cuda is false)")
+        return
+    from dflashops.server.collective import all_reduce_check
+
+    result = all_reduce_check(
+        spec.tensor_parallel_size, backend="nccl", environ={**env, **report.exec_env}
+    )
+    report.collective = result.to_dict()
+    if not result.ok:
+        raise PreflightFailure("collective", result.detail, ExitCode.COLLECTIVE)
+    report.passed("collective", result.detail)
 
 
 def _gib(n: int) -> str:

@@ -52,6 +52,8 @@ class ServerSpec:
     auto_nccl_p2p: bool = True
     # a model given as a hub id instead of a folder cannot be checked on disk
     check_files: bool = True
+    # opt-in: one all-reduce across the TP GPUs before the engine loads (server.collective)
+    collective_check: bool = False
     spec_version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
@@ -144,6 +146,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "pidfile": (str, type(None)),
     "auto_nccl_p2p": (bool,),
     "check_files": (bool,),
+    "collective_check": (bool,),
     "spec_version": (int,),
 }
 
