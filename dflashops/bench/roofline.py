@@ -104,7 +104,8 @@ def probe_roofline_facts(
             )
     weights = None
     if model_dir is not None:
-        quoted = shlex.quote(model_dir)
+        # find takes a leading "-" for an expression (-delete): a start point never begins so
+        quoted = shlex.quote(model_dir if model_dir.startswith("/") else f"./{model_dir}")
         listing = conn.probe(
             f"find -L {quoted} -maxdepth 1 -type f -name '*.safetensors' -printf '%s\\t%f\\n'"
         )

@@ -65,7 +65,8 @@ class RemoteServerLog:
     def size(self) -> int:
         """The file's size in bytes; ``RemoteError`` when it cannot be read."""
         quoted = shlex.quote(self.path)
-        result = self.conn.probe(f"stat -c %s {quoted} && test -r {quoted}")
+        # `--`: a --server-log that starts with "-" is a file name, not a stat option
+        result = self.conn.probe(f"stat -c %s -- {quoted} && test -r {quoted}")
         first = result.stdout.strip().splitlines()[:1]
         if result.exit_code != 0 or not first or not first[0].isdigit():
             detail = result.stderr.strip().splitlines()[-1:] or ["not readable"]

@@ -161,17 +161,11 @@ class StepRunner:
     def _pct_set(self, step: PctSet) -> None:
         """``pct set`` on the node, only while the config is still the one the API showed."""
         node, vmid = self.target.node, self.target.require_vmid()
-        args = " ".join(f"-{key} {shlex.quote(value)}" for key, value in step.options)
         conn = self.session.node_conn(self.ct, node)
-        q = shlex.quote(f"/etc/pve/nodes/{node}/lxc/{vmid}.conf")
 
         def attempt() -> None:
             digest = self.client.ct_config(node, vmid).get("digest", "")
-            script = (
-                f'[ "$(sha1sum < {q} | cut -c1-40)" = {shlex.quote(str(digest))} ] || '
-                '{ echo "detected modified configuration" >&2; exit 3; }; '
-                f"pct set {vmid} {args}"
-            )
+            script = pct_set_script(node, vmid, str(digest), step.options)
             result = conn.run(script, ok_codes=(0, 3), deadline=120.0, display=f"pct set {vmid}")
             if result.exit_code == 3:
                 raise Replan(f"CT {vmid} config changed meanwhile")
@@ -182,7 +176,7 @@ class StepRunner:
         """Rewrite the config file on the node, refusing if it changed since we read it."""
         node, vmid = self.target.node, self.target.require_vmid()
         conn = self.session.node_conn(self.ct, node)
-        path = f"/etc/pve/nodes/{node}/lxc/{vmid}.conf"
+        path = conf_path(node, vmid)
         raw = get_bytes(conn, path, max_bytes=1 << 20)
         digest = hashlib.sha1(raw).hexdigest()
         api_digest = self.client.ct_config(node, vmid).get("digest")
@@ -191,14 +185,7 @@ class StepRunner:
         new = edit_conf_text(raw.decode(), step.add, step.remove)
         if new.encode() == raw:
             return
-        q = shlex.quote(path)
-        # the content travels in the command (invoke feeds stdin a byte at a time: slow)
-        payload = base64.b64encode(new.encode()).decode()
-        script = (
-            f'd=$(sha1sum < {q} | cut -c1-40); if [ "$d" != {digest} ]; then '
-            'echo "detected modified configuration" >&2; exit 3; fi; '
-            f"echo {payload} | base64 -d > {q}.tmp.$$ && mv {q}.tmp.$$ {q}"
-        )
+        script = rewrite_conf_script(path, digest, new)
         result = conn.run(script, ok_codes=(0, 3), display=f"rewrite {path}")
         if result.exit_code == 3:
             raise Replan(f"CT {vmid} config changed while editing it")
@@ -219,6 +206,33 @@ class StepRunner:
             if "already running" in exc.message or "not running" in exc.message:
                 raise Replan(f"CT {vmid} changed state meanwhile") from None
             raise
+
+
+def conf_path(node: str, vmid: int) -> str:
+    return f"/etc/pve/nodes/{node}/lxc/{vmid}.conf"
+
+
+def pct_set_script(node: str, vmid: int, digest: str, options: tuple[tuple[str, str], ...]) -> str:
+    """``pct set`` on the node, only while the config file's sha1 is ``digest`` (else exit 3)."""
+    q = shlex.quote
+    args = " ".join(f"{q('-' + key)} {q(value)}" for key, value in options)
+    return (
+        f'[ "$(sha1sum < {q(conf_path(node, vmid))} | cut -c1-40)" = {q(digest)} ] || '
+        '{ echo "detected modified configuration" >&2; exit 3; }; '
+        f"pct set {int(vmid)} {args}"
+    )
+
+
+def rewrite_conf_script(path: str, digest: str, text: str) -> str:
+    """Replace the config file with ``text``, only while its sha1 is ``digest`` (else exit 3)."""
+    q = shlex.quote(path)
+    # the content travels in the command (invoke feeds stdin a byte at a time: slow)
+    payload = base64.b64encode(text.encode()).decode()
+    return (
+        f'd=$(sha1sum < {q} | cut -c1-40); if [ "$d" != {shlex.quote(digest)} ]; then '
+        'echo "detected modified configuration" >&2; exit 3; fi; '
+        f"echo {payload} | base64 -d > {q}.tmp.$$ && mv {q}.tmp.$$ {q}"
+    )
 
 
 def _retry_remote_locked(fn: Callable[[], object], wait_s: float) -> None:
