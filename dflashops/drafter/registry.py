@@ -23,13 +23,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dflashops.drafter.files import DrafterFiles, read_json_object
-from dflashops.drafter.keys import is_int, type_name
+from dflashops.drafter.keys import is_int
+from dflashops.drafter.registry_fields import (
+    BASES,
+    Basis,
+    ExpectedAcceptance,
+    TrainedFor,
+    expected_acceptance,
+    known_sources,
+    only,
+    strings,
+    text,
+    trained_for,
+)
 from dflashops.errors import DrafterError
 
 SCHEMA = 1
 
-Basis = Literal["original", "agreed", "structural", "rule", "single", "derived"]
-BASES: tuple[str, ...] = ("original", "agreed", "structural", "rule", "single", "derived")
 # A value may be certain only on one of these bases, and (unless read from the original file or
 # fixed by the target) only when at least two sources back it.
 CERTAIN_BASES = frozenset({"original", "agreed", "structural", "rule"})
@@ -46,6 +56,8 @@ _ENTRY_FIELDS = {
     "target",
     "keys",
     "fingerprints",
+    "expected_acceptance",
+    "trained_for",
 }
 _TARGET_FIELDS = {
     "name",
@@ -118,6 +130,8 @@ class RegistryEntry:
     keys: tuple[RefValue, ...]
     fingerprints: Mapping[str, str]
     file: str
+    expected_acceptance: tuple[ExpectedAcceptance, ...] = ()
+    trained_for: TrainedFor | None = None
 
     def value(self, path: str) -> RefValue | None:
         return next((k for k in self.keys if k.path == path), None)
@@ -232,7 +246,7 @@ def parse_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
     def bad(where: str, why: str) -> DrafterError:
         return DrafterError(f"{source}: {where}: {why}")
 
-    _only(data, _ENTRY_FIELDS, source, "entry")
+    only(data, _ENTRY_FIELDS, source, "entry")
     if data.get("schema") != SCHEMA:
         raise bad("schema", f"must be {SCHEMA}")
     sources = data.get("sources")
@@ -241,7 +255,7 @@ def parse_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
     target = data.get("target")
     if not isinstance(target, dict):
         raise bad("target", "must be an object")
-    _only(target, _TARGET_FIELDS, source, "target")
+    only(target, _TARGET_FIELDS, source, "target")
     keys = data.get("keys")
     if not isinstance(keys, dict) or not keys:
         raise bad("keys", "must be a non-empty object")
@@ -252,23 +266,27 @@ def parse_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
     ):
         raise bad("fingerprints", 'must map "sha256:…" to a note on where it was hashed')
     return RegistryEntry(
-        name=_text(data, "name", source),
-        aliases=_strings(data.get("aliases", []), source, "aliases"),
-        summary=_text(data, "summary", source),
-        provenance=_text(data, "provenance", source),
+        name=text(data, "name", source),
+        aliases=strings(data.get("aliases", []), source, "aliases"),
+        summary=text(data, "summary", source),
+        provenance=text(data, "provenance", source),
         sources=dict(sources),
         target=TargetFacts(
-            name=_text(target, "name", source),
+            name=text(target, "name", source),
             num_hidden_layers=_opt_int(target, "num_hidden_layers", source),
             hidden_size=_opt_int(target, "hidden_size", source),
             vocab_size=_opt_int(target, "vocab_size", source),
-            sources=_known_sources(target.get("sources", []), sources, source, "target.sources"),
-            architectures=_strings(target.get("architectures", []), source, "target.architectures"),
-            layer_pattern=_strings(target.get("layer_pattern", []), source, "target.layer_pattern"),
+            sources=known_sources(target.get("sources", []), sources, source, "target.sources"),
+            architectures=strings(target.get("architectures", []), source, "target.architectures"),
+            layer_pattern=strings(target.get("layer_pattern", []), source, "target.layer_pattern"),
         ),
         keys=tuple(_ref_value(path, raw, sources, source) for path, raw in keys.items()),
         fingerprints=dict(fingerprints),
         file=source,
+        expected_acceptance=expected_acceptance(
+            data.get("expected_acceptance", []), sources, source
+        ),
+        trained_for=trained_for(data.get("trained_for"), sources, source),
     )
 
 
@@ -276,7 +294,7 @@ def _ref_value(path: str, raw: Any, sources: Mapping[str, str], source: str) -> 
     where = f"keys.{path}"
     if not isinstance(raw, dict):
         raise DrafterError(f"{source}: {where}: must be an object")
-    _only(raw, _VALUE_FIELDS, source, where)
+    only(raw, _VALUE_FIELDS, source, where)
     if "value" not in raw:
         raise DrafterError(f"{source}: {where}: has no value")
     certain, basis = raw.get("certain"), raw.get("basis")
@@ -284,7 +302,7 @@ def _ref_value(path: str, raw: Any, sources: Mapping[str, str], source: str) -> 
         raise DrafterError(f"{source}: {where}.certain: must be true or false")
     if basis not in BASES:
         raise DrafterError(f"{source}: {where}.basis: must be one of {', '.join(BASES)}")
-    backing = _known_sources(raw.get("sources", []), sources, source, f"{where}.sources")
+    backing = known_sources(raw.get("sources", []), sources, source, f"{where}.sources")
     if certain and (
         basis not in CERTAIN_BASES or (basis not in {"original", "structural"} and len(backing) < 2)
     ):
@@ -295,7 +313,7 @@ def _ref_value(path: str, raw: Any, sources: Mapping[str, str], source: str) -> 
     when = raw.get("when")
     if when is not None and when not in WHEN:
         raise DrafterError(f"{source}: {where}.when: must be one of {', '.join(sorted(WHEN))}")
-    read_from = _strings(raw.get("read_from", [path]), source, f"{where}.read_from")
+    read_from = strings(raw.get("read_from", [path]), source, f"{where}.read_from")
     if path not in read_from:
         raise DrafterError(f"{source}: {where}.read_from: must include {path}")
     note = raw.get("note", "")
@@ -307,24 +325,11 @@ def _ref_value(path: str, raw: Any, sources: Mapping[str, str], source: str) -> 
         certain=certain,
         basis=basis,
         sources=backing,
-        why=_text(raw, "why", f"{source}: {where}"),
+        why=text(raw, "why", f"{source}: {where}"),
         read_from=read_from,
         when=when,
         note=note,
     )
-
-
-def _only(data: Mapping[str, Any], allowed: set[str], source: str, where: str) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise DrafterError(f"{source}: {where}: unknown field {unknown[0]!r}")
-
-
-def _text(data: Mapping[str, Any], key: str, source: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value:
-        raise DrafterError(f"{source}: {key}: must be a non-empty string")
-    return value
 
 
 def _opt_int(data: Mapping[str, Any], key: str, source: str) -> int | None:
@@ -334,19 +339,3 @@ def _opt_int(data: Mapping[str, Any], key: str, source: str) -> int | None:
     if not is_int(value) or value < 1:
         raise DrafterError(f"{source}: target.{key}: must be a positive integer")
     return int(value)
-
-
-def _strings(value: Any, source: str, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise DrafterError(f"{source}: {where}: must be a list of strings, not {type_name(value)}")
-    return tuple(value)
-
-
-def _known_sources(
-    value: Any, sources: Mapping[str, str], source: str, where: str
-) -> tuple[str, ...]:
-    ids = _strings(value, source, where)
-    unknown = [i for i in ids if i not in sources]
-    if unknown:
-        raise DrafterError(f"{source}: {where}: unknown source {unknown[0]!r}")
-    return ids

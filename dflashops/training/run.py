@@ -63,6 +63,7 @@ from dflashops.training.outcome import (
 )
 from dflashops.training.plan import TargetSize, TrainPlan, make_plan
 from dflashops.training.promote import Promotion, write_promoted
+from dflashops.training.registry_fields import registry_fields, write_registry_fields
 from dflashops.training.remote import run_remote_stage
 from dflashops.training.request import TrainRequest
 from dflashops.training.server import TrainingServer
@@ -220,6 +221,24 @@ class _Run:
             raise
         self._after(outcome)
         outcome.server = self.server.log
+        self._registry_fields(outcome)
+
+    def _registry_fields(self, outcome: TrainOutcome) -> None:
+        """The trained drafter's ``trained_for`` and ``expected_acceptance`` registry fields
+        (``doctor`` compares a live server with them), next to the report."""
+        bench = self.book.bench
+        fields = registry_fields(
+            outcome.provenance,
+            outcome.evaluation,
+            provenance_file=outcome.local_files.get("provenance", PROVENANCE_FILE),
+            workload=bench.workload,
+            engine=f"{self.book.engine.name}=={self.book.engine.version}",
+            temperature=bench.temperature,
+            thinking=bench.thinking,
+        )
+        written = write_registry_fields(outcome.out_dir, fields)
+        if written is not None:
+            outcome.local_files["registry_fields"] = written
 
     def _write_job(self, dataset: Path | None) -> None:
         paths = self.job.paths

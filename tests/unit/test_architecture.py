@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("engine",),
     ("launch", "bench", "proxmox", "drafter.push"),
     ("report", "tune", "training"),
+    ("doctor", "up"),
     ("lab",),
     ("cli",),
     ("__main__",),

@@ -1,0 +1,105 @@
+"""What the rules read: plain data gathered once (:mod:`.gather`), or loaded from fixtures.
+
+Every field may be missing; a rule that needs one it lacks says "skipped" and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dflashops.bench.roofline import tp_from_argv
+from dflashops.deployment.manifest import DeployedManifest
+from dflashops.doctor.nvidia import GpuState
+from dflashops.drafter.registry import RegistryEntry
+from dflashops.metrics.log_models import LogSummary
+from dflashops.roofline.model import RooflineSpec
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Spec-decode acceptance over the observed window (``/metrics`` counter deltas).
+
+    ``decode_tok_s`` is the single-stream decode rate (1000 / mean TPOT at concurrency 1), known
+    only when doctor ran its own probe; ``step_s`` the seconds per verify step it implies."""
+
+    k: int | None
+    per_position: tuple[float, ...]
+    acceptance_length: float | None
+    num_drafts: int
+    source: str
+    decode_tok_s: float | None = None
+    workload: str | None = None
+
+    @property
+    def step_s(self) -> float | None:
+        if not self.decode_tok_s or not self.acceptance_length:
+            return None
+        return self.acceptance_length / self.decode_tok_s
+
+
+@dataclass(frozen=True)
+class ServerCounters:
+    """What ``/metrics`` says about the KV cache and the scheduler over the window."""
+
+    kv_cache_usage: float | None = None  # fraction, the after-scrape gauge
+    preemptions: int | None = None  # counter delta over the window
+    requests_waiting: float | None = None
+    prefix_caching: bool | None = None  # vllm:cache_config_info enable_prefix_caching
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """``nvidia-smi`` in the container; ``p2p`` is empty with one GPU or when not read."""
+
+    gpus: tuple[GpuState, ...]
+    p2p: dict[tuple[int, int], str] = field(default_factory=dict)
+    sampled_under_load: bool = False
+
+
+@dataclass(frozen=True)
+class DrafterFacts:
+    """The drafter the server loads: its directory and its ``config.json`` as read now."""
+
+    path: str
+    config: dict[str, Any]
+
+
+@dataclass
+class DoctorFacts:
+    container: str
+    manifest: DeployedManifest | None = None
+    running_argv: list[str] | None = None  # None: no server process
+    running_env: dict[str, str] = field(default_factory=dict)
+    engine: str | None = None
+    engine_version: str | None = None
+    device: str = "cuda"
+    speculative_config: dict[str, Any] | None = None
+    entry: RegistryEntry | None = None
+    drafter: DrafterFacts | None = None
+    workload_thinking: bool | None = None  # the playbook's bench.thinking (what clients send)
+    workload_source: str = ""
+    acceptance: Acceptance | None = None
+    counters: ServerCounters | None = None
+    log: LogSummary | None = None
+    gpu: GpuFacts | None = None
+    gpu_problem: str | None = None  # why nvidia-smi gave nothing
+    roofline: RooflineSpec | None = None
+    roofline_note: str | None = None
+    tune_k_max: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def k(self) -> int | None:
+        k = (self.speculative_config or {}).get("num_speculative_tokens")
+        return k if isinstance(k, int) else None
+
+    @property
+    def method(self) -> str | None:
+        if self.speculative_config is None:
+            return None if self.running_argv is None else "none"
+        return str(self.speculative_config.get("method") or "") or None
+
+    @property
+    def tensor_parallel(self) -> int:
+        return tp_from_argv(self.running_argv or (self.manifest.argv if self.manifest else [])) or 1
