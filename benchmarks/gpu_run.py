@@ -1,0 +1,325 @@
+"""Issue 22 on the GPU host: the bundled server, bench, the k sweep, resumable across calls.
+
+Run on the H200 host from the repository root, after the payload chunks were appended to
+``/root/gpu/blob`` (``../shared/gpu/recv.sh``) and dflashops' wheel and its missing dependencies
+were installed to ``/root/gpu/extra``::
+
+    python3 benchmarks/gpu_run.py --payload .gpu/c1 --out $OUT --deadline-s 540
+
+Steps (each skipped when ``/root/gpu/state`` says it is done, so a second call carries on):
+
+1. unpack vLLM 0.26.0 (sha256 checked) to ``/root/gpu/site``; the model folders and request
+   files made by ``benchmarks/gpu_models.py`` to ``/root/gpu``; record GPU, driver, versions;
+2. per run of ``benchmarks/results/gpu-h200-specs/runs.json`` (rendered by
+   ``benchmarks/gpu_specs.py`` through launch's renderer): start
+   ``python3 -m dflashops.server --spec <run>.json`` (preflight, then exec of vLLM), wait for
+   /health, then measure single-stream decode with the independent client
+   (``benchmarks/gpu_client.py``); for the bench runs also ``dflashops bench --url`` at
+   concurrency 1, 4 and 16 and the independent client at the same levels and requests;
+3. copy results.json, the facts and the server logs to ``--out`` after every run.
+
+Analysis (tune-offline, roofline shares, tables) happens afterwards, off the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_client
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = REPO / "benchmarks" / "results" / "gpu-h200-specs"
+ROOT = Path(os.environ.get("GPU_RUN_ROOT", "/root/gpu"))  # another root: a dry run off the GPU
+STATE = ROOT / "state"
+EXTRA = ROOT / "extra"
+T0 = time.monotonic()
+# runs that also get `dflashops bench` at concurrency 1, 4, 16 next to the independent client
+BENCH_RUNS = {"q8b-k4", "q8b-k0", "tiny-k4"}
+LEVELS = (1, 4, 16)
+BENCH_REQUESTS = 24
+SWEEP_REQUESTS = 6
+MAX_TOKENS = 256
+
+
+def log(*parts: object) -> None:
+    print(f"[{time.monotonic() - T0:6.1f}s]", *parts, flush=True)
+
+
+def sh(cmd: list[str], timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    # cwd /root/gpu: dflashops comes from the installed wheel, not this checkout
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False, cwd=ROOT
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{cmd[0]}: {exc}"
+    return (done.stdout + done.stderr).strip()
+
+
+def engine_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{EXTRA}:{ROOT / 'site'}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = f"{EXTRA / 'bin'}:{env.get('PATH', '')}"
+    return env
+
+
+def setup(payload: Path) -> dict[str, Any]:
+    facts_path = STATE / "facts.json"
+    if facts_path.exists():
+        facts: dict[str, Any] = json.loads(facts_path.read_text())
+        return facts
+    STATE.mkdir(parents=True, exist_ok=True)
+    t = time.monotonic()
+    want = (payload / "sha256").read_text().split()[0]
+    digest = hashlib.sha256()
+    with (ROOT / "blob").open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != want:
+        raise SystemExit(f"payload sha256 mismatch: {digest.hexdigest()} != {want}")
+    site = ROOT / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True)
+    subprocess.run(f"xz -dc -T0 {ROOT / 'blob'} | tar -C {site} -xf -", shell=True, check=True)
+    for folder in (payload / "models").iterdir():
+        dest = ROOT / folder.name
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(folder, dest)
+    unpack_s = time.monotonic() - t
+    dist = sorted(site.glob("vllm-*.dist-info"))
+    vllm_version = dist[0].name.removeprefix("vllm-").removesuffix(".dist-info") if dist else "?"
+    facts = {
+        "unpack_s": round(unpack_s, 1),
+        "nvidia_smi": sh(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem",
+                "--format=csv",
+            ]
+        ),
+        "python": sys.version,
+        "torch": sh(
+            [sys.executable, "-c", "import torch;print(torch.__version__, torch.version.cuda)"]
+        ),
+        "vllm": vllm_version,
+        "dflashops": sh(
+            [sys.executable, "-m", "dflashops", "--version"], env=engine_env(), timeout=60
+        ),
+        "kernel": sh(["uname", "-r"]),
+    }
+    facts_path.write_text(json.dumps(facts, indent=2))
+    log("setup", json.dumps(facts))
+    return facts
+
+
+def weight_bytes(config: dict[str, Any]) -> int:
+    """bf16 bytes of a dense Qwen3 decoder from its config (dummy weights have no files)."""
+    h, v, i = (int(config[key]) for key in ("hidden_size", "vocab_size", "intermediate_size"))
+    heads, kv, hd = (
+        int(config[key]) for key in ("num_attention_heads", "num_key_value_heads", "head_dim")
+    )
+    attn = h * heads * hd * 2 + h * kv * hd * 2 + 2 * hd
+    layer = attn + 3 * h * i + 2 * h
+    embed = v * h * (1 if config.get("tie_word_embeddings") else 2)
+    return 2 * (int(config["num_hidden_layers"]) * layer + embed + h)
+
+
+def load_results() -> dict[str, Any]:
+    path = STATE / "results.json"
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
+def save(results: dict[str, Any], out: Path) -> None:
+    (STATE / "results.json").write_text(json.dumps(results, indent=2))
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(STATE / "results.json", out / "results.json")
+    if (STATE / "facts.json").exists():
+        shutil.copy(STATE / "facts.json", out / "facts.json")
+    tails = []
+    for run in sorted(STATE.iterdir()):
+        server_log = run / "server.log"
+        if not server_log.is_file():
+            continue
+        text = server_log.read_text(errors="replace")
+        if run.name in BENCH_RUNS and len(text) < 12_000_000:
+            (out / f"{run.name}.log").write_text(text)
+        tails.append(f"\n===== {run.name}\n{text[-60_000:]}")
+    (out / "server-log-tails.txt").write_text("".join(tails))
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], port: int, until: float) -> str | None:
+    while time.monotonic() < until:
+        if proc.poll() is not None:
+            return f"server exited rc={proc.returncode}"
+        try:
+            status, _ = gpu_client.request(port, "GET", "/health", timeout=2)
+            if status == 200:
+                return None
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return "deadline before healthy"
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGINT, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+def bench(meta: dict[str, Any], workload: Path, weights: str, out_json: Path) -> dict[str, Any]:
+    k = meta["k"]
+    cmd = [
+        sys.executable, "-m", "dflashops", "bench",
+        "--url", f"http://127.0.0.1:{meta['port']}", "--model", meta["served_name"],
+        "--api", "completions", "-w", str(workload), "-c", ",".join(map(str, LEVELS)),
+        "-n", str(BENCH_REQUESTS), "--warmup", "1", "--max-tokens", str(MAX_TOKENS),
+        "--ignore-eos", "--temperature", "0", "--method", "dflash" if k else "none",
+        "-k", str(k), "--label", meta["run"], "--gpu", "H200", "--tp", "1",
+        "--weights", weights, "--out", str(out_json), "--json",
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=engine_env(), timeout=300, check=False, cwd=ROOT
+    )
+    result: dict[str, Any] = {
+        "cmd": " ".join(cmd[1:]),
+        "rc": done.returncode,
+        "seconds": round(time.monotonic() - started, 1),
+        "stderr_tail": done.stderr[-3000:],
+    }
+    if out_json.exists():
+        result["report"] = json.loads(out_json.read_text())
+    return result
+
+
+def measure_run(name: str, meta: dict[str, Any], deadline: float) -> dict[str, Any]:
+    run_dir = STATE / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    spec = SPECS / f"{name}.json"
+    res: dict[str, Any] = {"run": name, "meta": meta, "spec": json.loads(spec.read_text())}
+    cmd = [sys.executable, "-m", "dflashops.server", "--spec", str(spec)]
+    log("launch", name, " ".join(cmd))
+    launched = time.monotonic()
+    with (run_dir / "server.log").open("wb") as server_log:
+        proc = subprocess.Popen(
+            cmd, stdout=server_log, stderr=subprocess.STDOUT, env=engine_env(),
+            start_new_session=True, cwd=ROOT,
+        )  # fmt: skip
+    with (STATE / "pgids").open("a") as pgids:
+        pgids.write(f"{proc.pid}\n")
+    try:
+        reserve = 100 if name in BENCH_RUNS else 25
+        problem = wait_healthy(proc, meta["port"], deadline - reserve)
+        res["start_s"] = round(time.monotonic() - launched, 1)
+        preflight = run_dir / "preflight.json"
+        if preflight.exists():
+            res["preflight"] = json.loads(preflight.read_text())
+        if problem:
+            res["error"] = problem
+            log(name, problem)
+            return res
+        log(name, "healthy after", res["start_s"], "s")
+        model = ROOT / Path(meta["model"]).name
+        config = json.loads((model / "config.json").read_text())
+        workload = ROOT / "workloads" / ("tiny.jsonl" if name.startswith("tiny") else "q8b.jsonl")
+        prompts = [json.loads(line)["prompt"] for line in workload.read_text().splitlines()]
+        res["c1"] = gpu_client.level(
+            meta["port"],
+            meta["served_name"],
+            prompts,
+            concurrency=1,
+            requests=SWEEP_REQUESTS,
+            max_tokens=MAX_TOKENS,
+        )
+        log(name, "c1", {k: res["c1"][k] for k in ("output_tok_s", "median_tpot_ms")},
+            res["c1"]["counters"])  # fmt: skip
+        if name in BENCH_RUNS:
+            weights = str(model) if name.startswith("tiny") else str(weight_bytes(config))
+            res["weights"] = weights
+            res["bench"] = bench(meta, workload, weights, run_dir / "bench.json")
+            log(name, "bench rc", res["bench"]["rc"], res["bench"]["stderr_tail"][-300:])
+            res["client_levels"] = [
+                gpu_client.level(
+                    meta["port"],
+                    meta["served_name"],
+                    prompts,
+                    concurrency=c,
+                    requests=BENCH_REQUESTS,
+                    max_tokens=MAX_TOKENS,
+                )
+                for c in LEVELS
+            ]
+            log(name, "client", [round(lv["output_tok_s"] or 0, 1) for lv in res["client_levels"]])
+        res["done"] = True
+        return res
+    except Exception as exc:  # a broken measurement must not lose the rest of the run
+        res["error"] = f"{type(exc).__name__}: {exc}"
+        log(name, "error", res["error"])
+        return res
+    finally:
+        # let vLLM write its last 1 s stats window (the log's spec-decode totals) before stopping
+        time.sleep(2.5)
+        stop(proc)
+        time.sleep(2)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--payload", type=Path, required=True, help="folder with sha256 and models/")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    ap.add_argument("--deadline-s", type=float, default=540)
+    ap.add_argument("--runs", default="", help="comma list (default: all, in runs.json order)")
+    ap.add_argument("--retry-failed", action="store_true", help="run again what failed before")
+    args = ap.parse_args()
+    deadline = T0 + args.deadline_s
+    pgids = STATE / "pgids"
+    if pgids.exists():  # servers a killed earlier call left behind (their process groups only)
+        for line in pgids.read_text().split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.killpg(int(line), signal.SIGKILL)
+        pgids.unlink()
+    facts = setup(args.payload)
+    results = load_results()
+    results["facts"] = facts
+    metas = {m["run"]: m for m in json.loads((SPECS / "runs.json").read_text())["runs"]}
+    order = [r for r in args.runs.split(",") if r] or list(metas)
+    for name in order:
+        prior = results.get(name) or {}
+        engine_refused = str(prior.get("error", "")).startswith("server exited")
+        if prior.get("done") or (engine_refused and not args.retry_failed):
+            log("skip", name, "(done)" if prior.get("done") else f"({prior.get('error')})")
+            continue
+        need = 230 if name in BENCH_RUNS else 150
+        if name.startswith("tiny"):
+            need -= 40
+        if deadline - time.monotonic() < need:
+            log("not enough time left for", name)
+            continue
+        results[name] = measure_run(name, metas[name], deadline)
+        save(results, args.out)
+    save(results, args.out)
+    log("done", [n for n in order if results.get(n, {}).get("done")])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
