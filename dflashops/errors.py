@@ -7,8 +7,12 @@ needs to act: the file and key, the host and command, the PVE status, the log ta
 
 from __future__ import annotations
 
+import errno
+import re
+import stat
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 class DflashopsError(Exception):
@@ -24,8 +28,15 @@ class DflashopsError(Exception):
 
     def one_line(self) -> str:
         """The message as the CLI prints it: one line, with a hint when there is one."""
-        text = " ".join(self.message.split())
-        return f"{text} (hint: {self.hint})" if self.hint else text
+        # a message that reprints a hostile value (a 100,000-character path) is cut
+        text = shorten(self.message, MAX_MESSAGE_CHARS)
+        return f"{text} (hint: {shorten(self.hint, MAX_MESSAGE_CHARS)})" if self.hint else text
+
+
+#: longest key path an error message repeats in full
+MAX_KEY_CHARS = 120
+#: longest message (and hint) one error line prints
+MAX_MESSAGE_CHARS = 500
 
 
 class ConfigError(DflashopsError):
@@ -46,7 +57,10 @@ class ConfigError(DflashopsError):
         if line is not None:
             where = f"{where}:{line}"
         if key:
-            where = f"{where}:{key}"
+            # a hostile key (10,000 characters, a whole `--set` item) is named, not reprinted
+            where = (
+                f"{where}:{key if len(key) <= MAX_KEY_CHARS else key[: MAX_KEY_CHARS - 1] + '…'}"
+            )
         super().__init__(f"{where}: {message}", hint=hint)
         self.source = source
         self.line = line
@@ -172,9 +186,20 @@ class LabError(DflashopsError):
     """The local lab could not be started, queried or torn down."""
 
 
+# C0 controls but whitespace, DEL and C1: a terminal acts on them (colours, cursor moves, a
+# title), so a hostile value echoed in a message could rewrite what the operator sees
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as ``\\xNN`` escapes."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
+
+
 def shorten(text: str, limit: int = 200) -> str:
-    """``text`` on one line, at most ``limit`` characters, cut at a word with an ellipsis."""
-    flat = " ".join(text.split())
+    """``text`` on one line, at most ``limit`` characters, cut at a word with an ellipsis;
+    control characters escaped."""
+    flat = printable(" ".join(text.split()))
     if len(flat) <= limit:
         return flat
     cut = flat[: limit - 1]
@@ -203,6 +228,23 @@ def warn(message: str) -> None:
 def reset_warnings() -> None:
     """Forget which warnings were shown (the CLI calls it as each command starts)."""
     _WARNED.clear()
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them, else ``OSError``.
+
+    Every reader of an operator's file uses it, so that a hostile path is a one-line error, not
+    a hang: ``/dev/zero`` reports size 0 and never ends (the whole memory, then MemoryError), a
+    FIFO blocks ``open()`` until someone writes. Anything but a regular file is refused before
+    it is opened, and a file read past ``limit`` (it grew, or lied about its size) is refused.
+    """
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    with path.open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data
 
 
 def tail_lines(text: str, n: int) -> str:

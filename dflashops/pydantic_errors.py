@@ -4,6 +4,7 @@ error the same way, as a real key path and a reason without pydantic's internal 
 
 from __future__ import annotations
 
+import re
 import reprlib
 from collections.abc import Sequence
 from typing import Any
@@ -26,10 +27,33 @@ def first_error(exc: ValidationError, data: Any = None) -> tuple[Loc, str]:
         msg = "unknown key"
     elif err["type"] == "missing":
         msg = "required key is missing"
-    elif "input" in err and err["type"] not in {"value_error", "assertion_error"}:
+    elif (
+        "input" in err
+        and err["type"] not in {"value_error", "assertion_error"}
+        and not names_secret(loc)
+    ):
         msg = f"{msg} (got {_short_repr(err['input'])})"
     msg = msg.removeprefix("Value error, ")
     return loc, msg
+
+
+# Words in a key that say its value may be a secret (auth.password, server.env.HF_TOKEN, an
+# --api-key in extra_args): a value there is never echoed, whatever is wrong with it.
+SECRET_KEY_WORDS = frozenset(
+    {"auth", "key", "apikey", "token", "secret", "password", "passwd", "env", "extra_args"}
+)
+
+
+def names_secret(loc: Loc) -> bool:
+    """Whether any key of ``loc`` names a secret (or holds values that may be one)."""
+    for part in loc:
+        if not isinstance(part, str):
+            continue
+        if part.lower() in SECRET_KEY_WORDS:
+            return True
+        if any(word in SECRET_KEY_WORDS for word in re.split(r"[^a-z0-9]+", part.lower())):
+            return True
+    return False
 
 
 def _data_path(loc: Loc, data: Any) -> Loc:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from dflashops.errors import SecretError, warn
+from dflashops.errors import SecretError, read_capped, warn
 
 INLINE_REFUSED = "secrets are never written inline: use {env: VAR_NAME} or {file: /path/to/file}"
 
@@ -92,6 +92,7 @@ class SecretRef(BaseModel):
         return {"env": self.env} if self.env is not None else {"file": str(self.file)}
 
 
+MAX_SECRET_BYTES = 64 * 1024  # a password, a token, a PEM key: a few KB at most
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -101,7 +102,7 @@ def _read_secret_file(path: Path) -> str:
     A file group or others may read still works, with a warning naming it.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_capped(path, MAX_SECRET_BYTES)
     except OSError as exc:
         raise SecretError(f"secret file {path} cannot be read: {exc.strerror}") from None
     try:

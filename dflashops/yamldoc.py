@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dflashops.errors import ConfigError, shorten
+from dflashops.errors import ConfigError, read_capped, shorten
 from dflashops.pydantic_errors import Loc, dotted, first_error
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -61,11 +61,13 @@ def load_yaml_file(path: Path, error_cls: type[ConfigError] = ConfigError) -> Ya
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise error_cls(f"file is {size} bytes, more than {MAX_BYTES}", source=str(path))
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, MAX_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise error_cls("file not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error_cls(f"cannot read: {exc}", source=str(path)) from None
+    except OSError as exc:
+        raise error_cls(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise error_cls(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
     return parse_yaml(text, str(path), error_cls)
 
 

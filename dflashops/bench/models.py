@@ -31,10 +31,11 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dflashops import __version__
-from dflashops.errors import BenchmarkError
+from dflashops.errors import BenchmarkError, read_capped, shorten
 from dflashops.pydantic_errors import first_error_line
 
 SCHEMA_VERSION = 1
+MAX_REPORT_BYTES = 256 * 1024 * 1024  # per-request records of a long run: tens of MB
 REPORT_KIND: Final = "dflashops-bench"
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 STATISTICS = ("mean", "median", "std", "p90", "p99")
@@ -231,11 +232,17 @@ class BenchReport(_Strict):
     def load(cls, path: Path) -> BenchReport:
         """Read a saved report; every failure is a one-line ``BenchmarkError`` naming the file."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_capped(path, MAX_REPORT_BYTES).decode("utf-8"))
         except OSError as exc:
             raise BenchmarkError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         except json.JSONDecodeError as exc:
             raise BenchmarkError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+        except UnicodeDecodeError as exc:
+            raise BenchmarkError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit integer, nesting too deep
+            raise BenchmarkError(
+                f"{path}: not JSON dflashops reads ({shorten(str(exc), 100)})"
+            ) from exc
         if not isinstance(data, dict) or data.get("kind") != REPORT_KIND:
             raise BenchmarkError(
                 f"{path}: not a dflashops benchmark report",

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dflashops.errors import ConfigError
+from dflashops.errors import ConfigError, read_capped
 from dflashops.pydantic_errors import dotted, first_error
 
 REFERENCE_PROMPT = "Explain the theory of general relativity in detail."
@@ -134,7 +134,11 @@ def load_workload(spec: str) -> Workload:
     if spec in BUILTIN_WORKLOADS:
         return BUILTIN_WORKLOADS[spec]
     path = Path(spec)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError):  # a name no file can have (too long): not a path
+        is_file = False
+    if not is_file:
         raise ConfigError(
             f"no built-in workload or file named {spec!r}",
             hint=f"built-ins: {', '.join(BUILTIN_WORKLOADS)}; or a .jsonl file",
@@ -142,12 +146,17 @@ def load_workload(spec: str) -> Workload:
     return load_jsonl(path)
 
 
+MAX_WORKLOAD_BYTES = 64 * 1024 * 1024  # prompts: thousands of them fit in a few MB
+
+
 def load_jsonl(path: Path) -> Workload:
     prompts: list[PromptSpec] = []
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", source=str(path)) from exc
+        lines = read_capped(path, MAX_WORKLOAD_BYTES).decode("utf-8").split("\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=str(path)) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from exc
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

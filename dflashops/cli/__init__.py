@@ -15,6 +15,7 @@ import click
 
 from dflashops import __version__
 from dflashops.cli.context import AppContext
+from dflashops.cli.options import SafePath
 
 # name -> "module:attribute"; listed in --help in this order
 COMMANDS: dict[str, str] = {
@@ -23,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "provision": "dflashops.cli.provision:provision",
     "destroy": "dflashops.cli.provision:destroy",
     "status": "dflashops.cli.provision:status",
+    "up": "dflashops.cli.up:up",
     "drafter": "dflashops.cli.drafter:drafter",
     "launch": "dflashops.cli.launch:launch",
     "stop": "dflashops.cli.launch:stop",
@@ -34,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "tune": "dflashops.cli.tune:tune",
     "tune-offline": "dflashops.cli.tune_offline:tune_offline",
     "compare": "dflashops.cli.compare:compare",
+    "doctor": "dflashops.cli.doctor:doctor",
     "lab": "dflashops.cli.lab:lab",
 }
 
@@ -64,8 +67,17 @@ class LazyGroup(click.Group):
 
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # Click's own usage errors, one line too: a hostile value it echoes (5,000 digits,
+            # control characters) is cut and escaped like ours
+            from dflashops.errors import printable, shorten
+
+            text = exc.format_message()
+            if len(text) <= 300 and printable(text) == text:
+                raise
+            raise click.UsageError(shorten(text, 300), ctx=exc.ctx) from exc
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
-            raise  # Click's own usage errors and exits (Exit is a RuntimeError)
+            raise  # Click's exits (Exit is a RuntimeError)
         except DflashopsError as exc:
             if _debug(ctx):
                 raise
@@ -93,7 +105,7 @@ def _debug(ctx: click.Context) -> bool:
     "-i",
     "--inventory",
     "inventory_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=SafePath(dir_okay=False, path_type=Path),
     envvar="DFLASHOPS_INVENTORY",
     show_envvar=True,
     help="Inventory YAML. Default: ./inventory.yaml, else the lab's inventory once `lab up` ran.",

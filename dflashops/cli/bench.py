@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import AppContext, dump_json
-from dflashops.cli.options import playbook_option, skip_pve_check_option
+from dflashops.cli.options import FiniteFloatRange, SafePath, playbook_option, skip_pve_check_option
 from dflashops.cli.roofline_options import roofline_options
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 @click.option(
     "--max-tokens", type=click.IntRange(min=1), help="Default: the playbook's, else 2000."
 )
-@click.option("--temperature", type=click.FloatRange(min=0.0), help="Default: 0.")
+@click.option("--temperature", type=FiniteFloatRange(min=0.0), help="Default: 0.")
 @click.option(
     "--ignore-eos/--no-ignore-eos", default=None, help="Always generate max_tokens tokens."
 )
@@ -94,7 +94,7 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
     is_flag=True,
     help="NAME: skip the roofline (it asks the container's nvidia-smi and sizes its weights).",
 )
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--out", type=SafePath(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @skip_pve_check_option
 @pass_app

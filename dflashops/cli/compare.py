@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import AppContext, dump_json
-from dflashops.cli.options import playbook_option, skip_pve_check_option
+from dflashops.cli.options import SafePath, playbook_option, skip_pve_check_option
 
 if TYPE_CHECKING:
     from dflashops.tune.compare import CompareOutcome
@@ -27,7 +27,7 @@ pass_app = click.make_pass_decorator(AppContext)
     help="Comma list of none, dflash, mtp, eagle3, ngram, draft_model.",
 )
 @click.option("-n", "--requests", type=click.IntRange(min=1), help="Requests per level.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--out", type=SafePath(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @skip_pve_check_option
 @pass_app

@@ -84,10 +84,11 @@ def describe_unexpected(exc: BaseException) -> tuple[str, int]:
     from dflashops.errors import shorten
 
     if isinstance(exc, OSError):
-        target = exc.filename if exc.filename is not None else None
         reason = exc.strerror or str(exc) or type(exc).__name__
-        line = f"{target}: {reason}" if target is not None else reason
-        return shorten(line), 1
+        if exc.filename is None:
+            return shorten(reason), 1
+        # the reason must survive a long file name (ENAMETOOLONG): cut the name, not the reason
+        return f"{shorten(str(exc.filename), 120)}: {shorten(reason, 120)}", 1
     if isinstance(exc, UnicodeDecodeError):
         return shorten(f"input is not {exc.encoding} text (byte {exc.start})"), 2
     text = str(exc) or type(exc).__name__

@@ -9,13 +9,13 @@ from typing import Any
 import click
 
 from dflashops.cli.context import dump_json
-from dflashops.cli.options import playbook_option, skip_pve_check_option
+from dflashops.cli.options import SafePath, playbook_option, skip_pve_check_option
 
 _REGISTRY = click.option(
     "--registry",
     "registry_paths",
     multiple=True,
-    type=click.Path(exists=True, path_type=Path),
+    type=SafePath(exists=True, path_type=Path),
     help="Extra reference entry file or folder of entries (repeatable).",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -266,7 +266,7 @@ Examples:
 )
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=SafePath(file_okay=False, path_type=Path),
     help="Local folder for provenance, loss curve and report (default ./drafter-train-NAME-RUN).",
 )
 @_JSON

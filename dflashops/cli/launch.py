@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from dflashops.cli.context import AppContext, dump_json
-from dflashops.cli.options import playbook_option, skip_pve_check_option
+from dflashops.cli.options import FiniteFloatRange, playbook_option, skip_pve_check_option
 from dflashops.cli.progress import spinner
 
 pass_app = click.make_pass_decorator(AppContext)
@@ -18,7 +18,7 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON doc
 _TIMEOUT = click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=1),
+    type=FiniteFloatRange(min=1, max=7 * 24 * 3600),  # a week: inf or nan would wait forever
     default=900.0,
     show_default=True,
     help="Seconds to wait for readiness (model load included).",

@@ -2,9 +2,39 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import click
 
 from dflashops.cli.context import AppContext
+
+
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (NaN passes every comparison
+    a range makes, and either one turns every prediction downstream into NaN or 0, or a wait
+    into forever). Every float option of the CLI uses it."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):  # said first: "inf is not in the range" would mislead
+            shown = value if len(str(value)) <= 40 else str(value)[:37] + "..."
+            self.fail(f"{shown!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+class SafePath(click.Path):
+    """``click.Path`` that refuses, as a usage error naming the option, what no file can be
+    named: an empty text, a NUL byte (``os.stat`` raises ValueError, not "does not exist")."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value)
+        if not text:
+            self.fail("an empty path.", param, ctx)
+        if "\x00" in text:
+            self.fail("a path cannot hold a NUL byte.", param, ctx)
+        return super().convert(value, param, ctx)
+
 
 # A container's playbook: -p names one, else deployment.playbooks finds the one naming it.
 playbook_option = click.option(

@@ -7,12 +7,13 @@ from pathlib import Path
 import click
 
 from dflashops.cli.context import dump_json
+from dflashops.cli.options import SafePath
 
 
 @click.command(
     "parse-log", short_help="Throughput and spec-decode windows from a saved server log."
 )
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=SafePath(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def parse_log(file: Path, as_json: bool) -> None:
     """Read a saved vLLM (V0 0.5+ or V1, any version) or SGLang (0.4+) log and print its

@@ -183,7 +183,11 @@ def _render_destroy(results: list[DestroyResult]) -> None:
 @pass_app
 def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
     """One view per container: PVE state, vmid, node, address, tags (and the server, once
-    launched)."""
+    launched).
+
+    Exits 1 when a row could not be read (PVE unreachable: state "error") or is refused (the
+    name or vmid holds a container without the dflashops tag, which no command will touch);
+    the table or --json document is printed first."""
     from dflashops.launch.status import status_probe
     from dflashops.proxmox.errors import ProvisionError
     from dflashops.proxmox.lifecycle import container_status
@@ -193,11 +197,28 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
         click.echo(dump_json([e.model_dump(mode="json") for e in entries]))
     else:
         _render_status(entries)
+    # A row that could not be read (PVE unreachable) is not a status, and a refused one (the
+    # vmid holds a container dflashops does not manage) blocks every command on that name:
+    # either way a script running `status` must learn something is wrong, so exit 1.
     failed = [e for e in entries if e.state == "error"]
-    if failed:  # a row that could not be read (PVE unreachable) is not a status: exit 1
-        raise ProvisionError(
+    refused = [e for e in entries if e.state == "refused"]
+    problems = []
+    if failed:
+        problems.append(
             f"status of {len(failed)} of {len(entries)} container(s) could not be read: "
             + "; ".join(f"{e.name}: {e.note}" for e in failed)
+        )
+    if refused:
+        problems.append(
+            f"{len(refused)} of {len(entries)} container(s) refused as not managed by dflashops: "
+            + "; ".join(f"{e.name}: {e.note}" for e in refused)
+        )
+    if problems:
+        raise ProvisionError(
+            "; ".join(problems),
+            hint="fix the inventory's vmid, or the container's tag and hostname, then rerun"
+            if refused
+            else None,
         )
 
 

@@ -7,22 +7,23 @@ from pathlib import Path
 import click
 
 from dflashops.cli.context import dump_json
+from dflashops.cli.options import SafePath
 
 
 @click.command(
     "report", short_help="Render a saved benchmark, or compare several (tables, PNG plots)."
 )
-@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, type=SafePath(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--plots",
     "plots_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=SafePath(file_okay=False, path_type=Path),
     help="Write PNG plots (per-position acceptance; tok/s and TPOT by concurrency) here.",
 )
 @click.option(
     "--loss",
     "loss_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=SafePath(exists=True, dir_okay=False, path_type=Path),
     help="A drafter training run's metrics.jsonl: draw its loss curve into --plots.",
 )
 @click.option(

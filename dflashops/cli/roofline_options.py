@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 import click
 
+from dflashops.cli.options import FiniteFloatRange
+
 ROOFLINE_FIELDS = ("gpu", "bandwidth_gbps", "tp", "weights", "active_params", "extra_bytes")
-
-
-class FiniteFloatRange(click.FloatRange):
-    """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (NaN passes every comparison
-    a range makes, and either one turns every prediction downstream into NaN or 0)."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
 
 
 def roofline_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -38,10 +28,13 @@ def roofline_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--gpu", help='Roofline: GPU name, e.g. "RTX A6000", H200.'),
         click.option(
             "--bandwidth-gbps",
-            type=FiniteFloatRange(min=0, min_open=True),
-            help="Roofline: GB/s per GPU (instead of the GPU table).",
+            # a millionth of a GPU's to a thousand times one: beyond, the arithmetic overflows
+            type=FiniteFloatRange(min=0.001, max=1e6),
+            help="Roofline: GB/s per GPU (instead of the GPU table), 0.001 to 1e6.",
         ),
-        click.option("--tp", type=click.IntRange(min=1), help="Roofline: tensor-parallel degree."),
+        click.option(
+            "--tp", type=click.IntRange(1, 4096), help="Roofline: tensor-parallel degree."
+        ),
         click.option(
             "--weights",
             metavar="PATH|SIZE",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflashops.cli.context import AppContext, dump_json
-from dflashops.cli.options import playbook_option, skip_pve_check_option
+from dflashops.cli.options import SafePath, playbook_option, skip_pve_check_option
 
 if TYPE_CHECKING:
     from dflashops.tune.live import LiveTuneReport
@@ -125,7 +125,7 @@ Examples:
 @click.option("--k-min", type=K_RANGE, help="Smallest k. Default: the playbook's tune.k_min.")
 @click.option("--k-max", type=K_RANGE, help="Largest k. Default: the playbook's tune.k_max.")
 @click.option("--dry-run", is_flag=True, help="Print the playbook change, do not write it.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--out", type=SafePath(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @skip_pve_check_option
 @pass_app

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import dump_json
-from dflashops.cli.roofline_options import FiniteFloatRange, roofline_options
+from dflashops.cli.options import FiniteFloatRange, SafePath
+from dflashops.cli.roofline_options import roofline_options
 from dflashops.cli.tune import PointsToSibling
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ Examples:
     "--from",
     "sources",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=SafePath(exists=True, dir_okay=False, path_type=Path),
     help="A bench report or a JSON file of runs (below); repeatable.",
 )
 @click.option(
@@ -261,7 +262,9 @@ def _shown(text: str) -> str:
 
 
 def _seconds(text: str) -> float:
-    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s)?", text.strip())
+    # one way to match each digit: "[0-9]*\.?[0-9]+" backtracks quadratically over long runs
+    number = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+    match = re.fullmatch(rf"({number})\s*(ms|s)?", text.strip())
     if match is None or not 0 < float(match.group(1)) < math.inf:
         raise click.BadParameter(
             f"{_shown(text)} is not a positive duration (0.026, 0.026s or 26ms; finite)",

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from dflashops.drafter.formats import Format, checked_view, config_format
 from dflashops.drafter.keys import MISSING, is_int, type_name
 from dflashops.drafter.safetensors import WeightsInfo, read_weights
-from dflashops.errors import DrafterError
+from dflashops.errors import DrafterError, read_capped
 
 CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -109,21 +109,40 @@ class TargetFiles:
         return f"text_config.{key}" if isinstance(text, Mapping) and key in text else key
 
 
+def expand_user(text: str) -> Path:
+    """``~`` and ``~user`` expanded; left as written when that user has no home (``Path``
+    raises RuntimeError), so the error is the usual "no such file"."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name no file can have (too long: ENAMETOOLONG)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def split_location(spec: str) -> tuple[str | None, Path]:
     """``NAME:PATH`` or a plain path. An existing path wins, so paths with colons still work."""
-    path = Path(spec).expanduser()
-    if path.exists() or ":" not in spec:
+    path = expand_user(spec)
+    if _exists(path) or ":" not in spec:
         return None, path
     name, _, rest = spec.partition(":")
     if not name or not rest:
         return None, path
-    return name, Path(rest).expanduser()
+    return name, expand_user(rest)
 
 
 def _resolve(spec: str, what: str) -> tuple[str, Path, Path]:
     """(display name, directory, config file) for a ``DIR``, ``CONFIG.json`` or ``NAME:PATH``."""
+    if not spec.strip():
+        raise DrafterError(f"{what} {spec!r}: an empty path")
     name, path = split_location(spec)
-    if not path.exists():
+    if not _exists(path):
         raise DrafterError(f"{what} {path}: no such file or directory")
     if path.is_dir():
         directory, config = path, path / CONFIG_FILE
@@ -140,7 +159,7 @@ def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
         size = path.stat().st_size
         if size > MAX_JSON_BYTES:
             raise DrafterError(f"{path}: {size} bytes is too large for a {what}")
-        raw = path.read_bytes()
+        raw = read_capped(path, MAX_JSON_BYTES)
     except OSError as exc:
         raise DrafterError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from dflashops.drafter.files import DrafterFiles, read_json_object
+from dflashops.drafter.files import DrafterFiles, expand_user, read_json_object
 from dflashops.drafter.keys import is_int
 from dflashops.drafter.registry_fields import (
     BASES,
@@ -165,8 +165,12 @@ class Registry:
         entry = self.find(ref)
         if entry is not None:
             return entry
-        path = Path(ref).expanduser()
-        if path.is_file():
+        path = expand_user(ref)
+        try:
+            is_file = path.is_file()
+        except (OSError, ValueError):  # a name no file can have (too long): not a path
+            is_file = False
+        if is_file:
             return load_entry(path)
         known = ", ".join(e.name for e in self.entries) or "none"
         raise DrafterError(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashops.drafter.keys import is_int, type_name
-from dflashops.errors import DrafterError
+from dflashops.errors import DrafterError, read_capped
 
 # The format caps the header at 100 MB; a larger length means the file is not safetensors.
 MAX_HEADER_BYTES = 100_000_000
@@ -151,7 +151,7 @@ def read_weights(directory: Path) -> WeightsInfo | None:
     for file in files:
         shard = directory / file
         if not shard.is_file():
-            raise DrafterError(f"{index}: names shard {file}, which does not exist")
+            raise DrafterError(f"{index}: names shard {file!r}, which does not exist")
         for name, tensor in read_header(shard).items():
             if name in tensors:
                 raise DrafterError(
@@ -172,14 +172,21 @@ def _weight_map(index: Path) -> dict[str, str]:
         raise DrafterError(f"{index}: weight_map is not an object of tensor -> shard file")
     for shard in set(weight_map.values()):
         # the index is data from elsewhere: a shard name must stay inside the directory
-        if not shard or Path(shard).name != shard or shard in {".", ".."}:
+        # (and fit a file name: past 255 bytes, asking whether it exists raises ENAMETOOLONG)
+        plain = (
+            shard and Path(shard).name == shard and shard not in {".", ".."} and "\0" not in shard
+        )
+        if not plain or len(shard.encode("utf-8", "surrogatepass")) > 255:
             raise DrafterError(f"{index}: shard name {shard[:80]!r} is not a plain file name")
     return weight_map
 
 
+MAX_INDEX_BYTES = 64 * 1024 * 1024  # one name per tensor: a few MB for the largest models
+
+
 def _read_index(index: Path) -> dict[str, Any]:
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(index, MAX_INDEX_BYTES).decode("utf-8"))
     except OSError as exc:
         raise DrafterError(f"{index}: cannot read: {exc.strerror or exc}") from exc
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -24,7 +24,10 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # The first words of each message kind; the leftmost match in a line starts the message.
 MESSAGE_START = re.compile(
-    r"(?P<vllm_stats>(?:Engine \d+: |\d+ Engines Aggregated: )?Avg prompt throughput:)"
+    # digit runs are bounded: an unbounded "\d+" before a literal backtracks quadratically over
+    # a hostile line of digits (a 64k-digit number took 24 s)
+    r"(?P<vllm_stats>(?:Engine \d{1,6}: |(?<!\d)\d{1,6} Engines Aggregated: )?"
+    r"Avg prompt throughput:)"
     r"|(?P<vllm_spec>SpecDecoding metrics:)"
     r"|(?P<vllm_spec_v0>Speculative metrics:)"
     r"|(?P<vllm_prefix_v0>Prefix cache hit rate: GPU:)"
@@ -41,10 +44,12 @@ CHEAP_MARKERS = (
     "Mean acceptance length:",
 )
 
-_PROCESS_TAG = re.compile(r"\((?P<process>[A-Za-z][\w.-]*) pid=(?P<pid>\d+)(?:, ip=[^)\s]+)?\)")
+_PROCESS_TAG = re.compile(
+    r"\((?P<process>[A-Za-z][\w.-]{0,100}) pid=(?P<pid>\d{1,10})(?:, ip=[^)\s]+)?\)"
+)
 _ENGINE_HEADER = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)?\s+"
-    r"\[?[^\s\]]+:\d+\]"
+    r"\[?[^\s\]]{1,200}:\d+\]"
 )
 _SGLANG_HEADER = re.compile(
     r"\[\d{4}-(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[.,]\d+)?(?P<tags>(?:\s+[A-Z]{1,4}\d+)*)\]"
@@ -52,10 +57,12 @@ _SGLANG_HEADER = re.compile(
 _ISO_TIME = re.compile(r"\d{4}-(?P<date>\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})")
 _SYSLOG = re.compile(
     r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) "
-    r"(?P<time>\d{2}:\d{2}:\d{2}) \S+ [^\s\[]+\[(?P<pid>\d+)\]:"
+    r"(?P<time>\d{2}:\d{2}:\d{2}) \S+ [^\s\[]+\[(?P<pid>\d{1,10})\]:"
 )
 # SGLang under a custom logging format: "2025-12-04 20:35:53 INFO 151972 [file.py:287] …"
-_LEVEL_PID = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<pid>\d+)\s+\[[^\]\s]+:\d+\]")
+_LEVEL_PID = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<pid>\d{1,10})\s+\[[^\]\s]{1,200}:\d+\]"
+)
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
 
@@ -132,6 +139,20 @@ def _outer_pid(prefix: str) -> int | None:
     return None
 
 
+#: digits in the longest number an engine prints (a token count); a longer one is hostile or garbled
+MAX_NUMBER_DIGITS = 30
+_UNREADABLE_NUMBER = re.compile(
+    rf"\d{{{MAX_NUMBER_DIGITS + 1}}}|:\s{{0,8}}[-+]?inf(?:inity)?\b", re.IGNORECASE
+)
+
+
+def unreadable_number(message: str) -> bool:
+    """Whether a message holds a number no engine prints: ``inf`` (a rate is finite, an empty
+    one prints ``nan``) or more than :data:`MAX_NUMBER_DIGITS` digits. Such a line is skipped
+    whole, and counted, rather than read half (``int()`` refuses 4,300 digits)."""
+    return _UNREADABLE_NUMBER.search(message) is not None
+
+
 def read_float(message: str, pattern: str) -> float | None:
     """The number a pattern's first group captures; a printed ``nan`` (nothing drafted) is None.
 
@@ -139,7 +160,7 @@ def read_float(message: str, pattern: str) -> float | None:
     a number cut off by a truncated line is not read as a smaller one.
     """
     found = re.search(pattern, message)
-    if not found:
+    if not found or len(found[1]) > 2 * MAX_NUMBER_DIGITS:
         return None
     value = float(found[1])
     return value if math.isfinite(value) else None
@@ -147,4 +168,4 @@ def read_float(message: str, pattern: str) -> float | None:
 
 def read_int(message: str, pattern: str) -> int | None:
     found = re.search(pattern, message)
-    return int(found[1]) if found else None
+    return int(found[1]) if found and len(found[1]) <= MAX_NUMBER_DIGITS else None

@@ -191,6 +191,8 @@ class LogSummary(BaseModel):
     spec_decode_totals: SpecDecodeTotals | None
     notes: list[str] = []
     """What a reader needs to trust the numbers: formulas found, lines cut, ambiguities."""
+    skipped_lines: list[int] = []
+    """Stats lines skipped for a number no engine prints (``inf``, more than 30 digits)."""
 
 
 def estimate_num_drafts(

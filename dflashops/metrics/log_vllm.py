@@ -66,7 +66,8 @@ def stats_window(base: dict[str, object], message: str) -> ThroughputWindow:
     if fetch:
         fields["kv_fetch_waiting"], fields["kv_fetch_in_progress"] = fetch[1], fetch[2]
         fields["kv_fetch_completed_waiting"] = fetch[3]
-    usages = re.findall(r"(?:(\w+) )?KV cache usage: " + NUM + "%", message)
+    # the device word is bounded: "(\w+) " backtracks quadratically over a long hostile word
+    usages = re.findall(r"(?:(?<!\w)(\w{1,16}) )?KV cache usage: " + NUM + "%", message)
     if usages:
         fields["kv_cache_device"] = usages[0][0] or None
         fields["kv_cache_usage_pct"] = float(usages[0][1])

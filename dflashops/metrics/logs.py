@@ -13,13 +13,21 @@ rate used across them: ``log_models.RATE_FORMULAS`` and ``CONSISTENT_RATE``.
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from dflashops.errors import ParseError
 from dflashops.metrics import log_sglang, log_vllm
-from dflashops.metrics.log_lines import CHEAP_MARKERS, Located, clean, locate
+from dflashops.metrics.log_lines import (
+    CHEAP_MARKERS,
+    MAX_NUMBER_DIGITS,
+    Located,
+    clean,
+    locate,
+    unreadable_number,
+)
 from dflashops.metrics.log_models import (
     CONSISTENT_RATE,
     RATE_FORMULAS,
@@ -56,6 +64,8 @@ def parse_log_file(path: Path) -> LogSummary:
     """Read and parse a log file line by line, in bounded memory (undecodable bytes are
     replaced, not fatal)."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # /dev/zero never ends, a FIFO blocks open()
+            raise UnrecognizedLogError(f"{path}: not a regular file")
         # bytes, not text mode: universal newlines would turn a progress bar's "\r" into lines
         with path.open("rb") as handle:
             return parse_log(_file_lines(handle))
@@ -79,6 +89,12 @@ def require_windows(summary: LogSummary, source: str) -> LogSummary:
     """The summary, or ``UnrecognizedLogError`` when the log held no window at all."""
     if summary.throughput_windows or summary.spec_decode_windows:
         return summary
+    if summary.skipped_lines:
+        raise UnrecognizedLogError(
+            f"{source}: every stats line holds a number that is not finite or has more than "
+            f"{MAX_NUMBER_DIGITS} digits (lines {_lines(summary.skipped_lines)})",
+            hint="the log was edited or corrupted; engines print finite rates and counts",
+        )
     raise UnrecognizedLogError(
         f"{source}: no throughput or spec-decode lines",
         hint=f"parse-log reads {READ_FORMATS}; vLLM logs them every VLLM_LOG_STATS_INTERVAL s "
@@ -96,6 +112,7 @@ def parse_log(lines: Iterable[str] | str) -> LogSummary:
     spec: list[SpecDecodeWindow] = []
     version: str | None = None
     sglang_args: tuple[int | None, int | None] | None = None
+    skipped: list[int] = []
     for number, raw in enumerate(lines, start=1):
         line = clean(raw)
         if version is None and (found := _VERSION.search(line)):
@@ -105,9 +122,18 @@ def parse_log(lines: Iterable[str] | str) -> LogSummary:
         if not any(marker in line for marker in CHEAP_MARKERS):
             continue  # cheap filter: most lines of a server log are not windows
         located = locate(line)
-        if located is not None:
-            _read(number, located, throughput, spec)
+        if located is None:
+            continue
+        if unreadable_number(located.message):
+            skipped.append(number)
+            continue
+        _read(number, located, throughput, spec)
     notes: list[str] = []
+    if skipped:
+        notes.append(
+            f"{len(skipped)} stats line(s) skipped: a number that is not finite or has more "
+            f"than {MAX_NUMBER_DIGITS} digits (lines {_lines(skipped)})"
+        )
     spec = _sglang_rates(spec, sglang_args, notes)
     totals = spec_decode_totals(spec) if spec else None
     notes.extend(_notes(throughput, spec, totals))
@@ -120,6 +146,7 @@ def parse_log(lines: Iterable[str] | str) -> LogSummary:
         throughput_totals=throughput_totals(throughput),
         spec_decode_totals=totals,
         notes=notes,
+        skipped_lines=skipped,
     )
 
 
@@ -234,8 +261,7 @@ def _notes(
     notes = []
     cut = sorted(w.line for w in [*throughput, *spec] if w.truncated)
     if cut:
-        shown = ", ".join(str(line) for line in cut[:8]) + (" …" if len(cut) > 8 else "")
-        notes.append(f"lines cut short, read up to where they stop: {shown}")
+        notes.append(f"lines cut short, read up to where they stop: {_lines(cut)}")
     if any(w.source == "vllm-v0" for w in spec):
         notes.append(
             "vLLM V0: acceptance length = emitted / steps (steps = draft tokens / k); its "
@@ -255,3 +281,8 @@ def _notes(
         total = "" if overall is None else f"; total {overall:.1f}%"
         notes.append(f"draft acceptance rate as accepted drafts / drafts: {rates}%{total}")
     return notes
+
+
+def _lines(numbers: list[int]) -> str:
+    """The first line numbers, then "…" when there are more than eight."""
+    return ", ".join(str(line) for line in numbers[:8]) + (" …" if len(numbers) > 8 else "")

@@ -22,16 +22,26 @@ def playbook_dirs() -> list[Path]:
     return [Path("playbooks"), package / "playbooks", package.parent / "playbooks"]
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name no file can have (too long: ENAMETOOLONG)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_playbook_path(name_or_path: str | Path) -> Path:
     """A file path as given, or ``NAME`` looked up as ``NAME.yaml`` in :func:`playbook_dirs`."""
     path = Path(name_or_path)
-    if path.is_file():
+    if _is_file(path):
         return path
     for folder in playbook_dirs():
         for candidate in (folder / f"{name_or_path}.yaml", folder / f"{name_or_path}.yml"):
-            if candidate.is_file():
+            if _is_file(candidate):
                 return candidate
-    raise PlaybookError("no such playbook file or name in playbooks/", source=str(name_or_path))
+    raise PlaybookError(
+        "no such playbook file or name in playbooks/", source=str(name_or_path) or "''"
+    )
 
 
 def load_playbook(path: Path, overrides: Iterable[str | Override] = ()) -> Playbook:

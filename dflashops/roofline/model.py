@@ -150,7 +150,11 @@ _SIZE_UNITS = {
     "tib": 2**40,
 }
 _COUNT_UNITS = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+# one way to match each digit ("[0-9]*\.?[0-9]+" backtracked quadratically over long digit runs)
+_NUMBER_UNIT = re.compile(
+    r"^\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE
+)
+_MAX_NUMBER_TEXT = 64  # "54GB", "5.4e10": a longer text is no size an operator means
 
 
 def parse_size(text: str, *, field: str = "size") -> int:
@@ -158,7 +162,10 @@ def parse_size(text: str, *, field: str = "size") -> int:
     number, unit = _split(text, "size", field)
     if unit.lower() not in _SIZE_UNITS:
         raise TuneInputError(f"{text!r}: unknown size unit {unit!r}", field=field)
-    return round(number * _SIZE_UNITS[unit.lower()])
+    size = number * _SIZE_UNITS[unit.lower()]
+    if not math.isfinite(size):
+        raise TuneInputError(f"{text!r} is not a finite size", field=field)
+    return round(size)
 
 
 def parse_count(text: str, *, field: str = "count") -> float:
@@ -166,14 +173,21 @@ def parse_count(text: str, *, field: str = "count") -> float:
     number, unit = _split(text, "count", field)
     if unit.lower() not in _COUNT_UNITS:
         raise TuneInputError(f"{text!r}: unknown count suffix {unit!r}", field=field)
-    return number * _COUNT_UNITS[unit.lower()]
+    count = number * _COUNT_UNITS[unit.lower()]
+    if not math.isfinite(count):
+        raise TuneInputError(f"{text!r} is not a finite count", field=field)
+    return count
 
 
 def _split(text: str, what: str, field: str) -> tuple[float, str]:
-    match = _NUMBER_UNIT.match(text)
+    match = _NUMBER_UNIT.match(text) if len(text) <= _MAX_NUMBER_TEXT else None
     if match is None:
-        raise TuneInputError(f"{text!r} is not a {what}", field=field)
-    return float(match.group(1)), match.group(2)
+        shown = text if len(text) <= _MAX_NUMBER_TEXT else text[:_MAX_NUMBER_TEXT] + "…"
+        raise TuneInputError(f"{shown!r} is not a {what}", field=field)
+    number = float(match.group(1))
+    if not math.isfinite(number):  # 1e999 reads as inf
+        raise TuneInputError(f"{text!r} is not a finite {what}", field=field)
+    return number, match.group(2)
 
 
 class RooflineSpec(BaseModel):

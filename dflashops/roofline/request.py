@@ -63,7 +63,7 @@ class WeightSize(BaseModel):
 
 def weights_from_text(text: str) -> WeightSize:
     """``--weights``: an existing local path (safetensors headers) or a size such as ``54GB``."""
-    if Path(text).exists():
+    if _is_path(text):
         info = safetensors_weights(Path(text))
         if info.bytes <= 0:
             raise TuneInputError(f"{text}: the safetensors files hold no tensors", field="weights")
@@ -73,6 +73,15 @@ def weights_from_text(text: str) -> WeightSize:
             source=f"safetensors headers of {text} ({len(info.files)} file(s))",
         )
     return WeightSize(bytes=parse_size(text, field="weights"), source=f"given: {text}")
+
+
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names an existing path (a size such as ``54GB`` usually does not); a
+    text no file could be named (too long, a NUL byte) is not one, rather than an OSError."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def roofline_spec(

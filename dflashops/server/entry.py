@@ -4,6 +4,10 @@ On a failed check it prints ONE line on stderr (``dflashops-server: <check>: <wh
 with a code from :class:`~dflashops.server.preflight.ExitCode`, so a supervisor or ``launch``
 can tell a missing drafter from a missing GPU without reading a log. The report JSON goes to
 ``spec.preflight_report`` (when set) in both cases; ``--preflight-only`` also prints it.
+
+Anything else that goes wrong (a bug, a spec value of a type nothing checked) is one line too,
+``dflashops-server: internal: <exception>``, and exit 1; ``--debug`` or ``DFLASHOPS_DEBUG=1``
+lets the traceback through instead.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dflashops.server.preflight import ExitCode, PreflightReport, run_preflight
 from dflashops.server.spec import ServerSpec, SpecError
 
 PROG = "dflashops-server"
+# what Python exits with on an uncaught exception: distinct from every ExitCode of a check
+INTERNAL_EXIT = 1
 
 
 def _fail(message: str, code: int) -> int:
@@ -53,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the checks, print the report JSON and exit (no engine start)",
     )
     parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="let an unexpected exception's traceback through (also DFLASHOPS_DEBUG=1)",
+    )
+    parser.add_argument(
         "--collective-check",
         action="store_true",
         help="also run one all-reduce across the tensor-parallel GPUs (NCCL), checking the sum "
@@ -60,7 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "collective_check turns it on for every launch)",
     )
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except Exception as exc:
+        if args.debug or os.environ.get("DFLASHOPS_DEBUG", "") not in ("", "0"):
+            raise
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if len(what) > 300:
+            what = what[:299] + "…"  # one line a supervisor's log can show
+        return _fail(f"internal: {what} (DFLASHOPS_DEBUG=1 shows the traceback)", INTERNAL_EXIT)
 
+
+def _run(args: argparse.Namespace) -> int:
     try:
         spec = ServerSpec.from_file(args.spec)
     except SpecError as exc:

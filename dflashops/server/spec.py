@@ -108,6 +108,8 @@ class ServerSpec:
             data = json.loads(text)
         except ValueError as exc:
             raise SpecError(f"not JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise SpecError("not JSON a server reads: nested too deep") from exc
         return cls.from_dict(data)
 
     @classmethod
@@ -116,10 +118,18 @@ class ServerSpec:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"{path} is not UTF-8 text (byte {exc.start})") from exc
         return cls.from_json(text)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        # keys added after a spec version shipped are written only when set: a deployed
+        # server.json then stays byte-identical across a dflashops upgrade (no restart for it)
+        for key, default in _ADDED_LATER.items():
+            if data.get(key) == default:
+                del data[key]
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -129,6 +139,7 @@ class ServerSpec:
 
 
 _REQUIRED = ("engine", "engine_version", "argv", "model")
+_ADDED_LATER: dict[str, Any] = {"collective_check": False}
 _TYPES: dict[str, tuple[type, ...]] = {
     "engine": (str,),
     "engine_version": (str,),

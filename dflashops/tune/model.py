@@ -9,6 +9,7 @@ after every launch through ``TunePlan``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -170,7 +171,15 @@ def analyse(inputs: TuneInputs) -> TuneResult:
     fit = fit_step_cost(cost_points(inputs.runs, curve), settings.fit)
     measured = _measured_by_k(inputs.runs)
     # the roofline's time to stream the weights once is a floor under every step time
-    floor_s = 0.0 if inputs.roofline is None else 1.0 / roofline(inputs.roofline).ceiling_tok_s
+    ceiling = None if inputs.roofline is None else roofline(inputs.roofline).ceiling_tok_s
+    if ceiling is not None and not (ceiling > 0 and math.isfinite(1.0 / ceiling)):
+        # a bandwidth of 1e-300 GB/s or weights of 1e30 bytes: no step time follows from them
+        raise TuneInputError(
+            f"the roofline gives {ceiling:.3g} tok/s: bandwidth, tp and weights do not fit "
+            "together",
+            field="bandwidth-gbps",
+        )
+    floor_s = 0.0 if ceiling is None else 1.0 / ceiling
     predictions = [
         row.model_copy(update={"measured_tok_s": measured.get(row.k)})
         for row in predict(curve, fit, settings.k_min, settings.k_max, min_step_s=floor_s)

@@ -32,7 +32,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dflashops.bench.models import REPORT_KIND, BenchReport
-from dflashops.errors import BenchmarkError, TuneInputError
+from dflashops.errors import BenchmarkError, TuneInputError, read_capped, shorten
 from dflashops.tune.runs import TuneRun
 
 
@@ -45,14 +45,18 @@ class RunsDocument(BaseModel):
     note: str | None = None
 
 
+MAX_RUNS_BYTES = 64 * 1024 * 1024  # a bench report with per-request records at most
+
+
 def load_runs(path: Path) -> list[TuneRun]:
     """The runs in ``path``, labelled ``FILE#N`` (or after the report) unless they carry one."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(path, MAX_RUNS_BYTES).decode("utf-8"))
     except OSError as exc:
         raise TuneInputError(f"{path}: {exc.strerror or exc}", field="from") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TuneInputError(f"{path}: not JSON ({exc})", field="from") from exc
+    except (ValueError, RecursionError) as exc:
+        # undecodable text, broken JSON, an integer past Python's digit limit, deep nesting
+        raise TuneInputError(f"{path}: not JSON ({shorten(str(exc), 120)})", field="from") from exc
     if isinstance(data, dict) and data.get("kind") == REPORT_KIND:
         return [_bench_run(path)]
     if isinstance(data, list):

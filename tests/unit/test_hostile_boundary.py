@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import textwrap
 from pathlib import Path
 
 import click
@@ -17,39 +15,10 @@ from click.testing import CliRunner, Result
 from dflashops.cli import LazyGroup, cli
 from dflashops.cli.context import AppContext, dump_json
 from dflashops.errors import shorten
+from tests.support.inventories import write_inventory
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released): connecting is refused at once."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def inventory(tmp_path: Path, cluster_extra: str = "", password: str = "{env: G_PVE_PW}") -> Path:
-    """One cluster on a closed local port, one container."""
-    path = tmp_path / "inv.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            version: 1
-            clusters:
-              c1:
-                api_url: https://127.0.0.1:{closed_port()}
-                timeout_s: 2
-            {{EXTRA}}
-                auth: {{user: root@pam, password: {password}}}
-                nodes: {{n1: {{}}}}
-            containers:
-              ct1: {{vmid: 901}}
-            """
-        ).replace(
-            "{EXTRA}\n", textwrap.indent(f"{cluster_extra}\n", "    ") if cluster_extra else ""
-        )
-    )
-    return path
+PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "lab-dflash.yaml"
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> Result:
@@ -76,13 +45,13 @@ def assert_one_line(result: Result, code: int, *needles: str) -> str:
 )
 def test_missing_ca_file_is_one_line_naming_it(tmp_path: Path, command: list[str]) -> None:
     ca = tmp_path / "no-such-ca.pem"
-    inv = inventory(tmp_path, f"ca_file: {ca}")
+    inv = write_inventory(tmp_path, f"ca_file: {ca}")
     result = run("-i", str(inv), *command)
     assert_one_line(result, 1, f"ca_file {ca}", "cannot be read")
 
 
 def test_missing_ca_file_with_debug_keeps_the_exception(tmp_path: Path) -> None:
-    inv = inventory(tmp_path, f"ca_file: {tmp_path / 'none.pem'}")
+    inv = write_inventory(tmp_path, f"ca_file: {tmp_path / 'none.pem'}")
     result = run("--debug", "-i", str(inv), "provision", "--dry-run")
     assert result.exit_code != 0
     assert result.exception is not None
@@ -104,14 +73,14 @@ def test_unusable_secret_file_is_one_line(tmp_path: Path, content: bytes, expect
     secret = tmp_path / "pw"
     secret.write_bytes(content)
     secret.chmod(0o600)
-    inv = inventory(tmp_path, password=f"{{file: {secret}}}")
+    inv = write_inventory(tmp_path, password=f"{{file: {secret}}}")
     result = run("-i", str(inv), "inventory", "check")
     line = assert_one_line(result, 2, "clusters.c1.auth.password", str(secret), expected)
     assert "Zq9" not in result.output and "value" not in line
 
 
 def test_secret_file_of_unknown_user_home_is_one_line(tmp_path: Path) -> None:
-    inv = inventory(tmp_path, password="{file: ~no-such-user-g20/pw}")
+    inv = write_inventory(tmp_path, password="{file: ~no-such-user-g20/pw}")
     result = run("-i", str(inv), "inventory", "check")
     assert_one_line(result, 2, "~no-such-user-g20/pw", "does not exist")
 
@@ -120,7 +89,7 @@ def test_secret_file_readable_by_others_warns_naming_it(tmp_path: Path) -> None:
     secret = tmp_path / "pw"
     secret.write_text("hunter2\n")
     secret.chmod(0o644)
-    inv = inventory(tmp_path, password=f"{{file: {secret}}}")
+    inv = write_inventory(tmp_path, password=f"{{file: {secret}}}")
     result = run("-i", str(inv), "inventory", "check")
     assert result.exit_code == 0, result.output
     assert f"warning: secret file {secret} can be read" in result.stderr
@@ -133,7 +102,7 @@ def test_secret_file_readable_by_others_warns_naming_it(tmp_path: Path) -> None:
 
 
 def test_status_exits_1_when_pve_is_unreachable(tmp_path: Path) -> None:
-    inv = inventory(tmp_path)
+    inv = write_inventory(tmp_path)
     result = run("-i", str(inv), "status", "--json")
     assert_one_line(result, 1, "ct1", "could not be read")
     rows = json.loads(result.stdout)  # stdout stays one JSON document
@@ -218,3 +187,22 @@ def test_long_error_text_is_cut_at_a_word_with_an_ellipsis() -> None:
     assert len(cut) <= 200
     assert cut.endswith("certificate\u2026")
     assert shorten("short  text\nhere") == "short text here"
+
+
+# ---------------------------------------------------------------- hostile text in errors
+
+
+def test_control_characters_in_an_error_are_escaped() -> None:
+    result = CliRunner().invoke(
+        cli, ["playbook", "show", str(PLAYBOOK), "--set", "server.\x1b]0;pwn\x07=1"]
+    )
+    line = assert_one_line(result, 2, "--set:server.\\x1b]0;pwn\\x07: unknown key")
+    assert "\x1b" not in line and "\x07" not in line
+
+
+def test_a_hostile_key_is_named_cut_not_reprinted() -> None:
+    result = CliRunner().invoke(
+        cli, ["playbook", "show", str(PLAYBOOK), "--set", "k" * 10_000 + "=1"]
+    )
+    line = assert_one_line(result, 2, "--set:kkkk")
+    assert len(line) < 300 and "…" in line

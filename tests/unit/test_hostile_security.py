@@ -5,7 +5,6 @@ are never echoed, PVE property strings cannot be extended, non-finite numbers ar
 from __future__ import annotations
 
 import socket
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,38 +15,12 @@ from dflashops.errors import InventoryError, PlaybookError
 from dflashops.inventory.load import load_inventory
 from dflashops.playbook.load import load_playbook
 from dflashops.secrets import INLINE_REFUSED
+from tests.support.inventories import write_inventory
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "playbooks" / "qwen3.6-27b-dflash.yaml"
 SECRET = "Zq9-literal-s3cret"
-
-
-def write_inventory(
-    tmp_path: Path,
-    cluster: str = "",
-    container: str = "{}",
-    api_url: str = "https://127.0.0.1:8006",
-    password: str = "{env: G_PVE_PW}",
-) -> Path:
-    path = tmp_path / "inv.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            version: 1
-            clusters:
-              c1:
-                api_url: {api_url}
-                timeout_s: 2
-            {{EXTRA}}
-                auth: {{user: root@pam, password: {password}}}
-                nodes: {{n1: {{}}}}
-            containers:
-              ct1: {container}
-            """
-        ).replace("{EXTRA}\n", textwrap.indent(f"{cluster}\n", "    ") if cluster else "")
-    )
-    return path
 
 
 def inventory_error(path: Path) -> str:
@@ -218,3 +191,33 @@ def test_non_finite_inventory_number_names_file_line_key(tmp_path: Path, value: 
 def test_non_finite_playbook_number_is_refused(value: str) -> None:
     with pytest.raises(PlaybookError, match=r"^--set:server\.gpu_memory_utilization: .*finite"):
         load_playbook(REFERENCE, [f"server.gpu_memory_utilization={value}"])
+
+
+# ---------------------------------------------------------------- values under secret keys
+
+
+def test_wrong_type_inside_a_secret_reference_is_not_echoed(tmp_path: Path) -> None:
+    line = inventory_error(write_inventory(tmp_path, password=f"{{file: [{SECRET}]}}"))
+    assert ":6:clusters.c1.auth.password.file:" in line
+    assert SECRET not in line
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"server.env.HF_TOKEN=[{SECRET}]",
+        f"server.env.PLAIN_NAME=[{SECRET}]",  # an env value is never echoed, whatever its name
+        f"server.extra_args=[--api-key, [{SECRET}]]",
+    ],
+)
+def test_wrong_type_under_env_or_extra_args_is_not_echoed(override: str) -> None:
+    with pytest.raises(PlaybookError) as caught:
+        load_playbook(REFERENCE, [override])
+    line = caught.value.one_line()
+    assert line.startswith("--set:server.")
+    assert SECRET not in line
+
+
+def test_other_wrong_values_are_still_shown() -> None:
+    with pytest.raises(PlaybookError, match=r"\(got \[1, 2\]\)"):
+        load_playbook(REFERENCE, ["server.port=[1, 2]"])

@@ -1,0 +1,57 @@
+"""Small hand-written inventories for tests of hostile input: one cluster, one container.
+
+The layout is fixed so error messages can name lines: ``timeout_s`` is line 5, ``auth`` line 6
+(after any ``cluster`` extra lines).
+"""
+
+from __future__ import annotations
+
+import socket
+import textwrap
+from pathlib import Path
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released): connecting is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def inventory_text(
+    cluster: str = "",
+    container: str = "{vmid: 901}",
+    api_url: str | None = None,
+    password: str = "{env: G_PVE_PW}",
+) -> str:
+    """Cluster ``c1`` (node ``n1``) and container ``ct1`` (``container``: its YAML flow
+    mapping); ``cluster`` holds extra lines of the cluster's mapping; ``api_url`` defaults to a
+    closed local port, so a command that reaches PVE fails at once and nothing leaves."""
+    url = api_url if api_url is not None else f"https://127.0.0.1:{closed_port()}"
+    return textwrap.dedent(
+        f"""\
+        version: 1
+        clusters:
+          c1:
+            api_url: {url}
+            timeout_s: 2
+        {{EXTRA}}
+            auth: {{user: root@pam, password: {password}}}
+            nodes: {{n1: {{}}}}
+        containers:
+          ct1: {container}
+        """
+    ).replace("{EXTRA}\n", textwrap.indent(f"{cluster}\n", "    ") if cluster else "")
+
+
+def write_inventory(
+    tmp_path: Path,
+    cluster: str = "",
+    container: str = "{vmid: 901}",
+    api_url: str | None = None,
+    password: str = "{env: G_PVE_PW}",
+) -> Path:
+    """:func:`inventory_text` written to ``tmp_path/inv.yaml``."""
+    path = tmp_path / "inv.yaml"
+    path.write_text(inventory_text(cluster, container, api_url, password))
+    return path
