@@ -96,22 +96,27 @@ def demo(as_json: bool) -> None:
     trained DFlash drafter shipped with a guessed config, caught, corrected, measured, tuned.
 
     \b
-    Stages (each the real command's core call, against the lab):
-      1. the lab's vLLM CPU runtime and tiny models (built once, cached; the
-         DFlash drafter is trained through `drafter train`'s stages)
-      2. lab up: PVE API double, PVE node host, bridge
-      3. provision lab-ct1 through the PVE API double
-      4. stage the incident: the trained drafter with a hand-guessed config
-         (all full_attention, wrong target layers, wrong mask token)
-      5. launch refuses it, naming the keys; launch --force serves it; bench
-         measures the collapse
-      6. drafter push writes the certain keys; launch; a chat request; bench
-         measures acceptance back up
-      7. tune: launch and bench at up to 3 values of k, fit, pick k*, verify;
-         the server stays at k*, kept in <lab state>/lab-dflash.tuned.yaml
-    Re-running is safe: each run replays the incident from the start; a tuned
-    playbook is reused for the same drafter (delete it to tune again). On 2 CPU
-    cores a run with everything cached takes about 3 minutes.
+    Built on `dflashops up`, over two pairs run in parallel: the lab playbook
+    on lab-ct1 and on lab-ct2 (each step the real command's core call):
+      setup  the lab's vLLM CPU runtime and tiny models (built once, cached;
+             the DFlash drafter is trained through `drafter train`'s stages);
+             lab up: PVE API double, PVE node host, bridge
+      0      up, stopping after provision: both containers, one at a time
+             (same PVE node); then the trained drafter with a hand-guessed
+             config (all full_attention, wrong target layers, wrong mask
+             token) is staged in lab-ct1
+      1      up: the drafter step refuses it, naming the keys; lab-ct2 (no
+             drafter staged) fails there on purpose, before any launch: one
+             vLLM server at a time on 2 cores
+      2      up --force (until bench) on lab-ct1: launch, smoke, bench
+             measures the collapse
+      3      up --fix-drafter: push the certain keys, launch, smoke, bench
+             measures acceptance back up, tune k live (up to 3 launches),
+             report; lab-ct2 resumes at its failed step and fails again
+    Re-running is safe: each run replays the incident from the start; a k*
+    tuned for the same drafter files and playbook is reused. Run records and
+    folders: <lab state>/up. On 2 CPU cores a run with everything cached
+    takes about 3 minutes.
     """
     from dflashops.lab.demo import run_demo
 

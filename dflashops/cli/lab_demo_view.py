@@ -18,23 +18,34 @@ COLUMNS = (
 
 
 def demo_renderables(report: DemoReport) -> Iterator[Any]:
-    """The stage table, the acceptance table and the closing lines, in print order."""
-    stages = Table(title="dflashops lab demo")
-    for column in ("stage", "result", "seconds"):
-        stages.add_column(column)
-    for name, result, seconds in report.stages:
-        stages.add_row(name, result, f"{seconds:.1f}")
+    """The step table, the acceptance table and the closing lines, in print order."""
+    stages = Table(title="dflashops lab demo (setup, then `up` on lab-ct1 and lab-ct2)")
+    for column in ("run", "container", "step", "result", "seconds"):
+        stages.add_column(column, justify="right" if column == "seconds" else "left")
+    for row in report.stages:
+        stages.add_row(
+            row["run"], row["container"], row["step"], row["result"], f"{row['seconds']:.1f}"
+        )
     yield stages
     yield acceptance_table(report)
     if report.refused_keys:
-        yield f"launch refused the guessed config on: {', '.join(report.refused_keys)}"
+        yield f"the drafter check refused the guessed config on: {', '.join(report.refused_keys)}"
     if report.pushed_keys:
-        yield f"drafter push wrote: {', '.join(report.pushed_keys)}"
+        yield f"up --fix-drafter pushed (as drafter push): {', '.join(report.pushed_keys)}"
+    if report.second_pair:
+        yield (
+            "lab-ct2 stopped before its launch, on purpose (one vLLM server at a time on this "
+            f"machine): {report.second_pair}"
+        )
     yield f"server: {report.endpoint} (model {report.model!r})"
     yield f"first reply: {report.first_reply!r}"
     if report.tune:
-        yield f"tuned playbook: {report.playbook} (k*={report.tune['best_k']})"
-    yield f"inventory: dflashops -i {report.inventory} status"
+        yield f"tuned playbook: {report.playbook} (k*={report.tune.get('best_k')})"
+    yield f"run folder: {report.run_folder} (summary.md, plots/, record.json)"
+    yield (
+        f"continue by hand: DFLASHOPS_UP_STATE={report.up_state} "
+        f"dflashops -i {report.inventory} up {report.playbook_file} -c lab-ct1 -c lab-ct2"
+    )
 
 
 def acceptance_table(report: DemoReport) -> Table:

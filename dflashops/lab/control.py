@@ -27,6 +27,7 @@ from dflashops.errors import LabError, tail_lines
 from dflashops.lab import hosts
 from dflashops.lab.daemon import LAB_NODE, LabNetwork, unstage_mounts
 from dflashops.lab.paths import LabPaths, lab_paths
+from dflashops.lab.run_folder import daemon_using, remove_run_folder
 
 Progress = Callable[[str], None]
 UP_TIMEOUT_S = 90.0
@@ -149,8 +150,15 @@ def lab_down(
         hosts.remove_netns_hosts(network.container_prefix)
         hosts.remove_netns_host(network.node_host)
         unstage_mounts(paths)
+    other = daemon_using(paths.run)
+    if other is not None:
+        raise LabError(
+            f"another lab daemon (pid {other}) runs from {paths.run}; not touching it",
+            hint="stop that lab with its own DFLASHOPS_LAB_STATE, or pick another "
+            "DFLASHOPS_LAB_RUN",
+        )
     shutil.rmtree(paths.state, ignore_errors=True)
-    shutil.rmtree(paths.run, ignore_errors=True)
+    remove_run_folder(paths.run)
     if purge:
         for folder in _cache_folders():
             say(f"removing {folder}")

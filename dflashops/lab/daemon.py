@@ -139,6 +139,11 @@ def stage_mounts(paths: LabPaths, extra: list[Mount]) -> list[Mount]:
         stage = paths.run / "mnt" / str(index)
         stage.mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "--bind", str(source), str(stage)], check=True, timeout=15)
+        if mount.read_only:
+            # read-only at the stage too, not only inside the containers: the stage sits in the
+            # run folder, and a cleanup that walks into it (an rmtree) must meet EROFS rather
+            # than delete this machine's venv, models or Python through it
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(stage)], check=True, timeout=15)
         staged.append(Mount.bind(stage, mount.target, read_only=mount.read_only))
     return staged
 

@@ -1,5 +1,5 @@
-"""The demo's own decisions, without a lab: which tuned playbook it reuses, how it stages the
-incident playbook and how it renders the three measured servers."""
+"""The demo's own decisions, without a lab: how it stages the incident playbook, reads the
+refused keys and renders the three measured servers."""
 
 from __future__ import annotations
 
@@ -11,19 +11,9 @@ from rich.console import Console
 
 from dflashops.cli.lab_demo_view import acceptance_table
 from dflashops.errors import LabError
-from dflashops.lab.demo import TUNED_FOR, DemoReport, _finding_keys, tuned_for
-from dflashops.lab.incident import STAGED_PATH, TRAINED_PATH, incident_playbook
+from dflashops.lab.demo import DemoReport, _finding_keys
+from dflashops.lab.incident import STAGED_PATH, TRAINED_PATH, TUNE_BUDGET, incident_playbook
 from dflashops.playbook.load import load_playbook, resolve_playbook_path
-
-
-def test_a_tuned_playbook_names_the_drafter_it_was_tuned_for(tmp_path: Path) -> None:
-    tuned = tmp_path / "lab-dflash.tuned.yaml"
-    assert tuned_for(tuned) is None  # absent
-    tuned.write_text("version: 1\n")
-    assert tuned_for(tuned) is None  # from before the digest line: tuned again
-    tuned.write_text(f"{TUNED_FOR}abc123\nversion: 1\n")
-    assert tuned_for(tuned) == "abc123"
-    assert tuned_for(tuned) != "def456"  # another drafter: not reused
 
 
 def test_the_incident_playbook_points_at_the_staged_copy(tmp_path: Path) -> None:
@@ -33,6 +23,7 @@ def test_the_incident_playbook_points_at_the_staged_copy(tmp_path: Path) -> None
     assert book.drafter.model is not None
     assert str(book.drafter.model.path) == STAGED_PATH
     assert TRAINED_PATH not in out.read_text()
+    assert book.tune.budget == TUNE_BUDGET  # the demo's tune spends fewer launches
     assert bundled.read_text().count(TRAINED_PATH) == 1  # the bundled playbook is untouched
 
 

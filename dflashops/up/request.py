@@ -1,0 +1,37 @@
+"""``up`` as one typed request (the CLI builds it; the lab demo builds its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dflashops.up.plan import check_step
+
+DEFAULT_PARALLEL = 2
+
+
+class UpRequest(BaseModel):
+    """Which pairs, what to redo, how many at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    playbooks: tuple[Path, ...] = Field(min_length=1, description="playbook files")
+    containers: tuple[str, ...] = Field((), description="-c: run each playbook on these instead")
+    dry_run: bool = False
+    from_step: str | None = Field(None, description="--from: redo from this step on")
+    until: str | None = Field(None, description="stop after this step (the lab demo)")
+    parallel: int = Field(DEFAULT_PARALLEL, ge=1, le=64)
+    fix_drafter: bool = False
+    force: bool = False
+    state_dir: Path
+
+    @field_validator("from_step")
+    @classmethod
+    def _from_is_a_step(cls, value: str | None) -> str | None:
+        return check_step(value, "--from")
+
+    @field_validator("until")
+    @classmethod
+    def _until_is_a_step(cls, value: str | None) -> str | None:
+        return check_step(value, "until")

@@ -1,0 +1,264 @@
+"""Run ``up``: resolve the pairs, plan each from its record, run the pairs in parallel.
+
+Each pair runs in its own thread (up to ``parallel`` at once); a pair's failure is its own and
+never stops the others. Ctrl-C sets a stop flag: every pair finishes the step it is in (a launch
+that fails meanwhile rolls back as ``launch`` does) and stops before its next one; the record
+says where, and the next ``up`` continues there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from dflashops.errors import DflashopsError, PlaybookError
+from dflashops.inventory.load import Inventory
+from dflashops.playbook.load import load_playbook
+from dflashops.playbook.models import Playbook
+from dflashops.up.inputs import DrafterFiles, drafter_fingerprint, step_inputs
+from dflashops.up.outcome import PairResult, UpResult
+from dflashops.up.plan import (
+    STEPS,
+    PlannedStep,
+    chain_digests,
+    input_digests,
+    plan_pair,
+    runs_anything,
+)
+from dflashops.up.record import (
+    PairRecord,
+    StepRecord,
+    load_record,
+    now,
+    pair_dir,
+    pair_id,
+    save_record,
+)
+from dflashops.up.request import UpRequest
+from dflashops.up.steps import STEP_FUNCTIONS, PairWork, StepRefused
+
+# (pair, step or "", message): one line of a pair's progress
+Event = Callable[[str, str, str], None]
+
+
+@dataclass(frozen=True)
+class Pair:
+    id: str
+    playbook: Playbook
+    path: Path
+    container: str
+    cluster: str
+    node: str
+
+
+def resolve_pairs(inventory: Inventory, request: UpRequest) -> list[Pair]:
+    """Every (playbook, container) pair, in the order given, each once."""
+    pairs: dict[str, Pair] = {}
+    for path in request.playbooks:
+        book = load_playbook(path)
+        names = request.containers or ((book.container,) if book.container else ())
+        if not names:
+            raise PlaybookError(
+                "the playbook names no container", source=str(path), hint="pass -c CONTAINER"
+            )
+        for name in names:
+            ct = inventory.container(name)
+            pid = pair_id(ct.cluster, name, book.name)
+            pairs.setdefault(pid, Pair(pid, book, path, name, ct.cluster, ct.node))
+    return list(pairs.values())
+
+
+def run_up(
+    inventory: Inventory,
+    request: UpRequest,
+    *,
+    on_event: Event | None = None,
+    stop: threading.Event | None = None,
+) -> UpResult:
+    """Plan (``dry_run``) or run every pair; Ctrl-C stops them at a safe point (module doc)."""
+    pairs = resolve_pairs(inventory, request)
+    tell = on_event or (lambda _p, _s, _m: None)
+    stop = stop or threading.Event()
+    result = UpResult(pairs=[], state_dir=request.state_dir, dry_run=request.dry_run)
+    if request.dry_run:
+        result.pairs = [_PairRun(inventory, request, pair, tell).plan_only() for pair in pairs]
+        return result
+    node_locks = {(p.cluster, p.node): threading.Lock() for p in pairs}
+    plot_lock = threading.Lock()
+    runs = [
+        _PairRun(
+            inventory,
+            request,
+            pair,
+            tell,
+            node_lock=node_locks[(pair.cluster, pair.node)],
+            plot_lock=plot_lock,
+        )
+        for pair in pairs
+    ]
+    with ThreadPoolExecutor(max_workers=request.parallel, thread_name_prefix="up") as pool:
+        futures: dict[Future[PairResult], _PairRun] = {pool.submit(r.run, stop): r for r in runs}
+        pending = set(futures)
+        while pending:
+            try:
+                _done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                stop.set()
+                result.interrupted = True
+                for run in runs:
+                    tell(run.pair.id, "", "Ctrl-C: stopping after the step in progress")
+    result.pairs = [future.result() for future in futures]
+    return result
+
+
+class _PairRun:
+    """One pair: its record, its facts, its plan and its steps."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        request: UpRequest,
+        pair: Pair,
+        tell: Event,
+        *,
+        node_lock: threading.Lock | None = None,
+        plot_lock: threading.Lock | None = None,
+    ) -> None:
+        self.inventory, self.request, self.pair, self.tell = inventory, request, pair, tell
+        self.state = request.state_dir
+        self.record = load_record(self.state, pair.id) or PairRecord(
+            pair=pair.id,
+            playbook=str(pair.path),
+            playbook_name=pair.playbook.name,
+            container=pair.container,
+            cluster=pair.cluster,
+            node=pair.node,
+        )
+        self.record.playbook = str(pair.path)
+        self.container_doc = inventory.container(pair.container).model_dump(mode="json")
+        self.files = DrafterFiles(None, None)
+        self.digests: dict[str, str] = {}
+        self.own: dict[str, dict[str, str]] = {}
+        self.locks = (node_lock or threading.Lock(), plot_lock or threading.Lock())
+
+    def _refresh(self) -> None:
+        """Read the drafter's files in the container and digest every step's inputs."""
+        self.files = drafter_fingerprint(self.inventory, self.pair.container, self.pair.playbook)
+        inputs = step_inputs(self.container_doc, self.pair.playbook, self.files)
+        self.digests = chain_digests(inputs)
+        self.own = {step: input_digests(inputs[step]) for step in STEPS}
+
+    def _plan(self) -> list[PlannedStep]:
+        self.tell(self.pair.id, "", "reading the drafter's files and the run record")
+        self._refresh()
+        return plan_pair(
+            self.record if self.record.steps else None,
+            self.digests,
+            self.own,
+            from_step=self.request.from_step,
+            until=self.request.until,
+            force=self.request.force,
+        )
+
+    def _result(self, plan: list[PlannedStep]) -> PairResult:
+        return PairResult(
+            pair=self.pair.id,
+            container=self.pair.container,
+            playbook=str(self.pair.path),
+            plan=plan,
+            record=self.record,
+        )
+
+    def plan_only(self) -> PairResult:
+        result = self._result(self._plan())
+        result.last_step = next((p.step for p in reversed(result.plan) if p.action == "run"), None)
+        if self.files.note and self.pair.playbook.drafter.model is not None:
+            result.notes.append(self.files.note)
+        return result
+
+    def run(self, stop: threading.Event) -> PairResult:
+        try:
+            plan = self._plan()
+        except Exception as exc:  # e.g. an unreadable record: this pair fails, the rest go on
+            result = self._result([])
+            result.outcome = "failed"
+            result.error = exc.one_line() if isinstance(exc, DflashopsError) else repr(exc)
+            return result
+        result = self._result(plan)
+        if not runs_anything(plan):
+            result.outcome = "unchanged"
+            self.tell(self.pair.id, "", result.line())
+            return result
+        work = PairWork(
+            inventory=self.inventory,
+            playbook=self.pair.playbook,
+            playbook_path=self.pair.path,
+            container=self.pair.container,
+            record=self.record,
+            run_dir=pair_dir(self.state, self.pair.id),
+            say=lambda message: None,
+            fix_drafter=self.request.fix_drafter,
+            force=self.request.force,
+            drafter_files=self.files,
+            node_lock=self.locks[0],
+            plot_lock=self.locks[1],
+        )
+        work.run_dir.mkdir(parents=True, exist_ok=True)
+        # every step this run means to run is pending until it ran: a run stopped early (Ctrl-C,
+        # a failure) leaves them so, and the next run runs them, not their older results
+        for planned in plan:
+            if planned.action == "run":
+                self.record.steps[planned.step] = StepRecord(status="pending")
+        save_record(self.state, self.record)
+        for planned in plan:
+            if planned.action != "run":
+                continue
+            result.last_step = planned.step
+            if stop.is_set():
+                result.outcome = "interrupted"
+                return result
+            if not self._step(planned.step, work, result):
+                result.outcome = "failed"
+                return result
+        result.outcome = "stopped" if self.request.until else "done"
+        self.tell(self.pair.id, "", result.line())
+        return result
+
+    def _step(self, step: str, work: PairWork, result: PairResult) -> bool:
+        """Run one step and record it; False when it failed."""
+        pid = self.pair.id
+        work.say = lambda message: self.tell(pid, step, message)
+        started, clock = now(), time.monotonic()
+        self.record.steps[step] = StepRecord(status="running", started_at=started)
+        save_record(self.state, self.record)
+        self.tell(pid, step, "starting")
+        entry = StepRecord(status="ok", started_at=started)
+        try:
+            entry.summary, entry.outputs = STEP_FUNCTIONS[step](work)
+        except StepRefused as exc:
+            entry.status, entry.error, entry.outputs = "failed", exc.one_line(), exc.outputs
+        except DflashopsError as exc:
+            entry.status, entry.error = "failed", exc.one_line()
+        except Exception as exc:  # a bug or a library's error: this pair fails, the rest go on
+            entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
+        if entry.status == "ok" and step in ("provision", "drafter"):
+            work.say("reading the drafter's files again")
+            self._refresh()  # the container exists now, or the drafter config was pushed
+            work.drafter_files = self.files
+        entry.digest, entry.inputs = self.digests[step], self.own[step]
+        entry.forced = step == "drafter" and work.forced
+        entry.finished_at = now()
+        entry.seconds = round(time.monotonic() - clock, 1)
+        self.record.steps[step] = entry
+        save_record(self.state, self.record)
+        result.ran.append(step)
+        if entry.status != "ok":
+            result.error = entry.error
+            self.tell(pid, step, f"failed: {entry.error}")
+            return False
+        self.tell(pid, step, entry.summary)
+        return True
