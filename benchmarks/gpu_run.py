@@ -11,7 +11,8 @@ Steps (each skipped when ``/root/gpu/state`` says it is done, so a second call c
 1. unpack vLLM 0.26.0 (sha256 checked) to ``/root/gpu/site``; the model folders and request
    files made by ``benchmarks/gpu_models.py`` to ``/root/gpu``; record GPU, driver, versions;
 2. per run of ``benchmarks/results/gpu-h200-specs/runs.json`` (rendered by
-   ``benchmarks/gpu_specs.py`` through launch's renderer): start
+   ``benchmarks/gpu_specs.py`` through launch's renderer; ``--specs`` names another set, such as
+   issue 23's ``gpu-h200x2-specs`` with TP=1 and TP=2 side by side): start
    ``python3 -m dflashops.server --spec <run>.json`` (preflight, then exec of vLLM), wait for
    /health, then measure single-stream decode with the independent client
    (``benchmarks/gpu_client.py``); for the bench runs also ``dflashops bench --url`` at
@@ -40,14 +41,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_client
 
 REPO = Path(__file__).resolve().parents[1]
-SPECS = REPO / "benchmarks" / "results" / "gpu-h200-specs"
+SPECS = REPO / "benchmarks" / "results" / "gpu-h200-specs"  # --specs: another set (tp2)
 ROOT = Path(os.environ.get("GPU_RUN_ROOT", "/root/gpu"))  # another root: a dry run off the GPU
 STATE = ROOT / "state"
 EXTRA = ROOT / "extra"
 T0 = time.monotonic()
 # runs that also get `dflashops bench` at concurrency 1, 4, 16 next to the independent client
-BENCH_RUNS = {"q8b-k4", "q8b-k0", "tiny-k4"}
+BENCH_RUNS = {"q8b-k4", "q8b-k0", "tiny-k4", "q27-tp1-k0", "q27-tp2-k0"}
 LEVELS = (1, 4, 16)
+# the 27B runs bench concurrency 1 only: the roofline share is a single-stream figure, and a
+# two-GPU lease is too short for the rest
+LEVELS_OF = {"q27-tp1-k0": (1,), "q27-tp2-k0": (1,)}
 BENCH_REQUESTS = 24
 SWEEP_REQUESTS = 6
 MAX_TOKENS = 256
@@ -189,10 +193,12 @@ def bench(meta: dict[str, Any], workload: Path, weights: str, out_json: Path) ->
     cmd = [
         sys.executable, "-m", "dflashops", "bench",
         "--url", f"http://127.0.0.1:{meta['port']}", "--model", meta["served_name"],
-        "--api", "completions", "-w", str(workload), "-c", ",".join(map(str, LEVELS)),
+        "--api", "completions", "-w", str(workload),
+        "-c", ",".join(map(str, LEVELS_OF.get(meta["run"], LEVELS))),
         "-n", str(BENCH_REQUESTS), "--warmup", "1", "--max-tokens", str(MAX_TOKENS),
         "--ignore-eos", "--temperature", "0", "--method", "dflash" if k else "none",
-        "-k", str(k), "--label", meta["run"], "--gpu", "H200", "--tp", "1",
+        "-k", str(k), "--label", meta["run"], "--gpu", "H200",
+        "--tp", str(meta.get("tensor_parallel_size", 1)),
         "--weights", weights, "--out", str(out_json), "--json",
     ]  # fmt: skip
     started = time.monotonic()
@@ -210,11 +216,13 @@ def bench(meta: dict[str, Any], workload: Path, weights: str, out_json: Path) ->
     return result
 
 
-def measure_run(name: str, meta: dict[str, Any], deadline: float) -> dict[str, Any]:
+def measure_run(
+    name: str, meta: dict[str, Any], deadline: float, specs: Path = SPECS
+) -> dict[str, Any]:
     run_dir = STATE / name
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    spec = SPECS / f"{name}.json"
+    spec = specs / f"{name}.json"
     res: dict[str, Any] = {"run": name, "meta": meta, "spec": json.loads(spec.read_text())}
     cmd = [sys.executable, "-m", "dflashops.server", "--spec", str(spec)]
     log("launch", name, " ".join(cmd))
@@ -266,7 +274,7 @@ def measure_run(name: str, meta: dict[str, Any], deadline: float) -> dict[str, A
                     requests=BENCH_REQUESTS,
                     max_tokens=MAX_TOKENS,
                 )
-                for c in LEVELS
+                for c in LEVELS_OF.get(name, LEVELS)
             ]
             log(name, "client", [round(lv["output_tok_s"] or 0, 1) for lv in res["client_levels"]])
         res["done"] = True
@@ -289,6 +297,9 @@ def main() -> int:
     ap.add_argument("--deadline-s", type=float, default=540)
     ap.add_argument("--runs", default="", help="comma list (default: all, in runs.json order)")
     ap.add_argument("--retry-failed", action="store_true", help="run again what failed before")
+    ap.add_argument(
+        "--specs", type=Path, default=SPECS, help="specs folder (gpu_specs.py --set tp2 writes one)"
+    )
     args = ap.parse_args()
     deadline = T0 + args.deadline_s
     pgids = STATE / "pgids"
@@ -300,7 +311,7 @@ def main() -> int:
     facts = setup(args.payload)
     results = load_results()
     results["facts"] = facts
-    metas = {m["run"]: m for m in json.loads((SPECS / "runs.json").read_text())["runs"]}
+    metas = {m["run"]: m for m in json.loads((args.specs / "runs.json").read_text())["runs"]}
     order = [r for r in args.runs.split(",") if r] or list(metas)
     for name in order:
         prior = results.get(name) or {}
@@ -311,10 +322,12 @@ def main() -> int:
         need = 230 if name in BENCH_RUNS else 150
         if name.startswith("tiny"):
             need -= 40
+        if name.startswith("q27"):  # 53.5 GB of dummy weights to initialise; TP=2 spawns two
+            need += 90
         if deadline - time.monotonic() < need:
             log("not enough time left for", name)
             continue
-        results[name] = measure_run(name, metas[name], deadline)
+        results[name] = measure_run(name, metas[name], deadline, args.specs)
         save(results, args.out)
     save(results, args.out)
     log("done", [n for n in order if results.get(n, {}).get("done")])

@@ -1,11 +1,13 @@
 """Render the server specs of the issue-22 GPU run (here, before any device time is spent).
 
-`python benchmarks/gpu_specs.py [OUT_DIR]` loads the H200 playbooks in
+`python benchmarks/gpu_specs.py [--set h200|tp2] [OUT_DIR]` loads the H200 playbooks in
 ``benchmarks/results/gpu-h200-playbooks/`` and renders, through ``launch``'s own renderer
 (:func:`dflashops.launch.render.build_spec`), one ``python -m dflashops.server`` spec per run:
 the Qwen3-8B-shaped target at k = 0, 1, 2, 4, 8, 15 and the lab's tiny target with its trained
-drafter. Paths in the specs are the GPU host's (``/root/gpu/...``; the engine comes from the
-payload through ``PYTHONPATH``, so ``argv[0]`` is the host's ``python3``).
+drafter; with ``--set tp2`` the 27B shape at TP=1 and TP=2 (issue 23) from
+``benchmarks/results/gpu-h200x2-playbooks/``. Paths in the specs are the GPU host's
+(``/root/gpu/...``; the engine comes from the payload through ``PYTHONPATH``, so ``argv[0]`` is
+the host's ``python3``).
 
 Two edits after rendering, both recorded in each spec file's sibling ``runs.json``:
 - the report and pid files go under ``/root/gpu/state/<run>/`` (no ``/var/lib/dflashops``
@@ -39,7 +41,8 @@ INCIDENT_RATES = (
 )  # fmt: skip
 
 # run name -> (playbook file, k (0: no speculation), synthetic acceptance?)
-RUNS: dict[str, tuple[str, int, bool]] = {
+Runs = dict[str, tuple[str, int, bool]]
+RUNS: Runs = {
     "q8b-k4": ("qwen3-8b-dflash.yaml", 4, True),
     "q8b-k0": ("qwen3-8b-dflash.yaml", 0, False),
     "q8b-k15": ("qwen3-8b-dflash.yaml", 15, True),
@@ -49,6 +52,27 @@ RUNS: dict[str, tuple[str, int, bool]] = {
     "tiny-k4": ("tiny-qwen3-dflash.yaml", 4, False),
     "tiny-k2": ("tiny-qwen3-dflash.yaml", 2, False),
     "tiny-k1": ("tiny-qwen3-dflash.yaml", 1, False),
+}
+# Issue 23 (and issue 22's guessed config), for a two-GPU host: the 27B shape at TP=1 and TP=2
+# side by side, most telling first (a lease may end before the last); the guessed run keeps
+# what vLLM itself does with that config (preflight's drafter check is skipped, as --force does)
+TP2_RUNS: Runs = {
+    "q27-tp2-k0": ("qwen3-27b-dflash-tp2.yaml", 0, False),
+    "q27-tp1-k0": ("qwen3-27b-dflash-tp1.yaml", 0, False),
+    "q27-tp2-k4": ("qwen3-27b-dflash-tp2.yaml", 4, True),
+    "q27-tp1-k4": ("qwen3-27b-dflash-tp1.yaml", 4, True),
+    "q27-guessed-k4": ("qwen3-27b-dflash-guessed.yaml", 4, False),
+    "q27-tp2-k15": ("qwen3-27b-dflash-tp2.yaml", 15, True),
+    "q27-tp1-k15": ("qwen3-27b-dflash-tp1.yaml", 15, True),
+}
+# --set NAME -> (playbooks folder, runs, default output folder)
+SETS: dict[str, tuple[Path, Runs, Path]] = {
+    "h200": (PLAYBOOKS, RUNS, DEFAULT_OUT),
+    "tp2": (
+        REPO / "benchmarks" / "results" / "gpu-h200x2-playbooks",
+        TP2_RUNS,
+        REPO / "benchmarks" / "results" / "gpu-h200x2-specs",
+    ),
 }
 
 
@@ -74,10 +98,16 @@ def with_synthetic(argv: list[str], rates: list[float]) -> list[str]:
     return out
 
 
-def render_run(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    book, k, synthetic = RUNS[name]
-    playbook = playbook_at_k(PLAYBOOKS / book, k)
-    spec = build_spec(playbook, RenderInputs(supervisor="fallback", venv_python="python3"))
+def render_run(name: str, which: str = "h200") -> tuple[dict[str, Any], dict[str, Any]]:
+    folder, runs, _ = SETS[which]
+    book, k, synthetic = runs[name]
+    playbook = playbook_at_k(folder / book, k)
+    inputs = RenderInputs(
+        supervisor="fallback",
+        venv_python="python3",
+        skip_drafter_validation="guessed" in name,
+    )
+    spec = build_spec(playbook, inputs)
     spec = replace(
         spec,
         preflight_report=f"{STATE}/{name}/preflight.json",
@@ -88,7 +118,8 @@ def render_run(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
         spec = replace(spec, argv=with_synthetic(spec.argv, rates))
     meta = {
         "run": name,
-        "playbook": f"benchmarks/results/gpu-h200-playbooks/{book}",
+        "playbook": str((folder / book).relative_to(REPO)),
+        "tensor_parallel_size": playbook.server.tensor_parallel_size,
         "k": k,
         "synthetic_acceptance_rates": rates,
         "port": playbook.server.port,
@@ -99,11 +130,16 @@ def render_run(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def main() -> int:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUT
+    args = sys.argv[1:]
+    which = "h200"
+    if args[:1] == ["--set"]:
+        which, args = args[1], args[2:]
+    _, runs_of_set, default_out = SETS[which]
+    out = Path(args[0]) if args else default_out
     out.mkdir(parents=True, exist_ok=True)
     runs = []
-    for name in RUNS:
-        spec, meta = render_run(name)
+    for name in runs_of_set:
+        spec, meta = render_run(name, which)
         (out / f"{name}.json").write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
         runs.append(meta)
     (out / "runs.json").write_text(json.dumps({"runs": runs}, indent=2) + "\n", encoding="utf-8")
