@@ -19,6 +19,7 @@ from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
 from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S
 from dflashops.launch.diagnose import diagnose
+from dflashops.launch.group import read_placement, stop_placement
 from dflashops.launch.readiness import HttpProber, wait_ready
 from dflashops.progress import Say, quiet
 
@@ -45,9 +46,21 @@ class RestartReport(BaseModel):
 def stop_server(
     inventory: Inventory, container_name: str, *, layout: Layout = DEFAULT_LAYOUT
 ) -> StopReport:
-    """Stop the server (under systemd also disable it, so a reboot does not bring it back)."""
+    """Stop the server (under systemd also disable it, so a reboot does not bring it back).
+    A member of a placement stops its whole group (every member, even when one is unreachable)."""
     target = connect(inventory, container_name)
     with target.conn as conn:
+        record = read_placement(conn, layout)
+        if record is not None:
+            group = stop_placement(inventory, record, container=container_name, layout=layout)
+            if not group.complete:
+                failed = "; ".join(f"{m.name}: {m.error}" for m in group.members if m.error)
+                raise ServerError(f"stopped the reachable members; not stopped: {failed}")
+            mine = next((m for m in group.members if m.name == container_name), None)
+            running = any(m.was_running for m in group.members)
+            return StopReport(
+                container=container_name, was_running=running, pid=mine.pid if mine else None
+            )
         state = lifecycle.run_state(conn, layout)
         if state.running:
             lifecycle.stop(conn, systemd=state.systemd, layout=layout, disable=True)
@@ -73,6 +86,13 @@ def restart_server(
     env = os.environ if environ is None else environ
     target = connect(inventory, container_name)
     with target.conn as conn:
+        record = read_placement(conn, layout)
+        if record is not None:  # its ranks cannot rejoin a running group: the group restarts
+            head = record["members"][0]["name"]
+            raise DflashopsError(
+                f"{container_name} is a member of a placement; it cannot restart alone",
+                hint=f"restart the group: dflashops launch {head} -p {record['playbook']}",
+            )
         manifest = read_manifest(conn, layout)
         if manifest is None:
             raise DflashopsError(

@@ -40,6 +40,7 @@ from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
 from dflashops.launch.diagnose import diagnose
 from dflashops.launch.endpoint import base_url, endpoint_host
+from dflashops.launch.multinode import placement_aware
 from dflashops.launch.plan import decide, file_changes, remote_shas, spec_diff
 from dflashops.launch.readiness import HttpProber, ReadinessResult, wait_ready
 from dflashops.launch.render import Rendered, RenderInputs, render, venv_python
@@ -54,6 +55,7 @@ DEFAULT_READY_TIMEOUT_S = 900.0
 LOG_TAIL_LINES = 25
 
 
+@placement_aware  # a playbook with a placement: launch_placement, across its members
 def launch(
     inventory: Inventory,
     container_name: str,

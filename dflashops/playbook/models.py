@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dflashops.playbook.placement import Placement, placement_engine_problem
 from dflashops.secrets import INLINE_REFUSED
 
 Method = Literal["dflash", "mtp", "eagle3", "ngram", "draft_model", "none"]
@@ -318,6 +319,9 @@ class Playbook(Strict):
     bench: Bench = Bench()
     tune: Tune = Tune()
     train: Train | None = Field(None, description="drafter training (`drafter train`)")
+    placement: Placement | None = Field(
+        None, description="serve across several containers (multi-node); absent: one container"
+    )
 
     @model_validator(mode="after")
     def _speculation_consistent(self) -> Playbook:
@@ -330,6 +334,26 @@ class Playbook(Strict):
             raise ValueError("SGLang has no draft_model method in dflashops; use vllm")
         if self.engine.name == "vllm" and self.drafter.method == "draft_model":
             _refuse_relabelled_draft_path(self.drafter.model)
+        return self
+
+    @model_validator(mode="after")
+    def _placement_consistent(self) -> Playbook:
+        placement = self.placement
+        if placement is None:
+            return self
+        problem = placement_engine_problem(placement, self.engine.name, self.engine.version)
+        if problem:
+            raise ValueError(problem)
+        if self.server.tensor_parallel_size not in (1, placement.tensor_parallel_size):
+            raise ValueError(
+                "server.tensor_parallel_size differs from placement.tensor_parallel_size; "
+                "with a placement, set the split there only"
+            )
+        if self.container is not None and self.container != placement.head:
+            raise ValueError(
+                f"container {self.container} is not the placement's head ({placement.head}); "
+                "the head is the first member"
+            )
         return self
 
     @property

@@ -1,6 +1,7 @@
 """The generated hostile corpus (issue 20, "Done when"): about 2,000 fixed, seeded cases
 across inventory, playbook, ``--set``, drafter config, log, tune and report inputs, option
-values and file paths, each run through the real CLI in-process (~16 s on one core). Every case must end with exit 0–4 in under 5 s, without a
+values and file paths, each run through the real CLI in-process (~16 s on one core). Every
+case must end with exit 0–4 in under 5 s, without a
 traceback and without reaching the catch-all for unexpected exceptions; a failure is one line
 (``error:``, or Click's ``Error:`` for an option) that names the file or the option; no secret
 appears in any output; ``--json`` output is one strict JSON document.

@@ -1,0 +1,149 @@
+"""``stop`` and ``status`` of a placement's group: every member, by the ``placement.json`` each one
+keeps (written by ``launch``, see :mod:`dflashops.launch.members`).
+
+``stop`` on any member stops them all, and still stops the others when one cannot be reached
+(reported by name); ``status`` shows each member's role and health.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dflashops.deployment.access import connect
+from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.manifest import read_manifest, write_manifest
+from dflashops.errors import DflashopsError, RemoteError
+from dflashops.inventory.load import Inventory
+from dflashops.launch import lifecycle
+from dflashops.launch.members import placement_file
+from dflashops.launch.report import LaunchReport
+from dflashops.launch.status import server_status
+from dflashops.remote import SshConnection, get_text
+
+
+class MemberReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    rank: int
+    role: Literal["head", "worker"]
+    address: str
+    pid: int | None = None
+    action: str = "dry-run"
+    joined_in_s: float | None = None
+    files_changed: int = 0
+
+
+class PlacementLaunchReport(LaunchReport):
+    """The head's launch report, plus one line per member."""
+
+    runtime: str = "native"
+    members: list[MemberReport] = Field(default_factory=list)
+
+
+class MemberStop(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    role: str
+    was_running: bool | None = None  # None: unreachable
+    pid: int | None = None
+    error: str | None = None
+
+
+class PlacementStopReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    container: str
+    members: list[MemberStop]
+
+    @property
+    def complete(self) -> bool:
+        return all(m.error is None for m in self.members)
+
+
+def read_placement(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Any] | None:
+    """The ``placement.json`` a member keeps, or None: a single-container deployment (also when a
+    single-container launch replaced a placement there: its manifest does not list the file)."""
+    path = placement_file(layout)
+    manifest = read_manifest(conn, layout)
+    if manifest is None or all(f.path != path for f in manifest.files):
+        return None
+    try:
+        data = json.loads(get_text(conn, path))
+    except (RemoteError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("members"), list) else None
+
+
+def stop_placement(
+    inventory: Inventory,
+    record: Mapping[str, Any],
+    *,
+    container: str,
+    layout: Layout = DEFAULT_LAYOUT,
+) -> PlacementStopReport:
+    """Stop every member of the placement ``record`` (as ``placement.json`` lists them); one that
+    cannot be reached is reported, and the others are still stopped."""
+    results = []
+    for entry in record["members"]:
+        name, role = str(entry["name"]), str(entry.get("role", "worker"))
+        try:
+            target = connect(inventory, name, deadline=60.0)
+            with target.conn as conn:
+                state = lifecycle.run_state(conn, layout)
+                if state.running:
+                    lifecycle.stop(conn, systemd=state.systemd, layout=layout, disable=True)
+                manifest = read_manifest(conn, layout)
+                if manifest is not None and manifest.pid is not None:
+                    write_manifest(
+                        conn,
+                        manifest.model_copy(update={"pid": None, "started_at": None}),
+                        layout,
+                    )
+            results.append(
+                MemberStop(name=name, role=role, was_running=state.running, pid=state.server_pid)
+            )
+        except DflashopsError as exc:
+            results.append(MemberStop(name=name, role=role, error=exc.message))
+    return PlacementStopReport(container=container, members=results)
+
+
+class MemberStatus(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    rank: int
+    role: str
+    address: str
+    running: bool | None = None  # None: unreachable
+    pid: int | None = None
+    listening: bool | None = None
+    error: str | None = None
+
+
+def placement_status(
+    inventory: Inventory, record: Mapping[str, Any], *, layout: Layout = DEFAULT_LAYOUT
+) -> list[MemberStatus]:
+    """Each member's role and health (its process, and for the head the API port)."""
+    rows = []
+    for entry in record["members"]:
+        row = MemberStatus(
+            name=str(entry["name"]),
+            rank=int(entry["rank"]),
+            role=str(entry["role"]),
+            address=str(entry["address"]),
+        )
+        try:
+            with connect(inventory, row.name, deadline=30.0).conn as conn:
+                status = server_status(conn, layout)
+            row.running, row.pid = status.running, status.pid
+            row.listening = status.listening if row.role == "head" else None
+        except DflashopsError as exc:
+            row.error = exc.message
+        rows.append(row)
+    return rows
