@@ -1,6 +1,9 @@
 """Issue 21, `doctor` on the lab: the incident's guessed drafter config served with
 `launch --force` is ranked first as a drafter config mismatch naming its three keys; after
-`drafter push` and a relaunch that finding is gone. Two server launches, real vLLM CPU."""
+`drafter push` and a relaunch that finding is gone. Then the other rules the lab can produce
+without another launch: a workload asking for thinking the drafter was not trained with, a
+running server that is not the deployed one (drift), and no server at all. Two server launches,
+real vLLM CPU."""
 
 from __future__ import annotations
 
@@ -11,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from dflashops.deployment.access import connect
+from dflashops.deployment.manifest import read_manifest, write_manifest
 from dflashops.doctor.core import DoctorRequest, doctor
 from dflashops.drafter.push import push_drafter_config
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.lab import incident
+from dflashops.launch.control import stop_server
 from dflashops.launch.core import launch
 from dflashops.playbook.load import load_playbook, resolve_playbook_path
 from dflashops.proxmox.apply import provision
@@ -86,6 +92,36 @@ def test_doctor_ranks_the_guessed_config_first_then_clears_it(
     assert after.measured["per_position_acceptance"][0] >= 0.3, after.measured
     checks = {c.rule: c.outcome for c in after.checks}
     assert checks["drafter-config"] == "ok" and checks["server"] == "ok", after.checks
+
+    # the rules below need no acceptance numbers: one short scrape window, no probe
+    quick = DoctorRequest("lab-ct1", window_s=1.0, probe=False)
+
+    # thinking on, against a drafter whose registry entry says it was trained with it off
+    thinking = load_playbook(book_path, ["bench.thinking=true"])
+    asked = doctor(inventory, quick, playbook=thinking)
+    (mode,) = [f for f in asked.findings if f.rule == "thinking-mode"]
+    assert "workload thinking on, drafter trained with thinking off" in mode.title, mode
+
+    # the running server is not the deployed one: deployed.json says another max-model-len
+    with connect(inventory, "lab-ct1") as conn:
+        deployed = read_manifest(conn)
+        assert deployed is not None
+        argv = list(deployed.spec["argv"])
+        at = argv.index("--max-model-len") + 1
+        argv[at] = str(int(argv[at]) * 2)
+        write_manifest(conn, deployed.model_copy(update={"spec": {**deployed.spec, "argv": argv}}))
+        try:
+            drifted = doctor(inventory, quick, playbook=book)
+        finally:
+            write_manifest(conn, deployed)
+    (drift,) = [f for f in drifted.findings if f.rule == "drift"]
+    assert any(line.startswith("--max-model-len: running ") for line in drift.evidence), drift
+
+    # no server at all: the first finding says so and names the command that starts one
+    stop_server(inventory, "lab-ct1")
+    gone = doctor(inventory, quick, playbook=book)
+    assert gone.findings[0].rule == "server" and gone.findings[0].severity == "critical"
+    assert gone.findings[0].fix == "dflashops launch lab-ct1"
     print(  # the test's own timing, for the report (-s shows it)
         f"doctor lab: guessed part {guessed_s:.0f} s, total {time.monotonic() - started:.0f} s; "
         f"after push: {after.measured}"
