@@ -65,6 +65,12 @@ def launch(
     A launch that changes nothing leaves the running server alone. When the
     new server dies or is not ready in time, the previous files are restored
     and the previous server is started again (exit 1, with the log tail).
+
+    \b
+    A playbook with a placement is launched on its head (the first member):
+    every member gets its rank's files, the workers start, then the head; the
+    launch waits until every member's ranks joined (a member that does not is
+    named) and lists the members (address, role, pid, joined in s).
     """
     from dflashops.launch.core import launch as run_launch
     from dflashops.launch.report import LaunchFailed
@@ -139,6 +145,29 @@ def _show_report(report: Any) -> None:
             highlight=False,
         )
     console.print(f"endpoint: {report.endpoint}", highlight=False)
+    _show_members(console, report)
+
+
+def _show_members(console: Any, report: Any) -> None:
+    """A placement's members: who runs which rank where, and when each joined the group."""
+    members = getattr(report, "members", None)
+    if not members:
+        return
+    from rich.table import Table
+
+    table = Table(title=f"members ({getattr(report, 'runtime', 'native')} runtime)")
+    for column in ("member", "address", "role", "pid", "joined in", "files changed"):
+        table.add_column(column, overflow="fold")
+    for m in members:
+        table.add_row(
+            m.name,
+            m.address,
+            "head" if m.role == "head" else f"worker rank {m.rank}",
+            str(m.pid) if m.pid is not None else "-",
+            f"{m.joined_in_s}s" if m.joined_in_s is not None else "-",
+            str(m.files_changed),
+        )
+    console.print(table)
 
 
 def _show_plan(console: Any, report: Any) -> None:
@@ -161,6 +190,7 @@ def _show_plan(console: Any, report: Any) -> None:
     console.print(f"drafter check: {report.drafter_validation}", highlight=False)
     verdict = "would (re)start the server" if report.restart_needed else "no restart"
     console.print(f"{verdict}: {report.reason}", highlight=False)
+    _show_members(console, report)
 
 
 @click.command()
@@ -169,7 +199,10 @@ def _show_plan(console: Any, report: Any) -> None:
 @skip_pve_check_option
 @pass_app
 def stop(app: AppContext, name: str, as_json: bool) -> None:
-    """Stop the server in container NAME (under systemd also disable it)."""
+    """Stop the server in container NAME (under systemd also disable it).
+
+    A member of a placement stops its whole group (the ranks cannot run without each other).
+    A member that cannot be reached is named and stop exits 1, after stopping the others."""
     from dflashops.launch.control import stop_server
 
     report = stop_server(app.inventory(), name)

@@ -185,9 +185,17 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
     """One view per container: PVE state, vmid, node, address, tags (and the server, once
     launched).
 
-    Exits 1 when a row could not be read (PVE unreachable: state "error") or is refused (the
-    name or vmid holds a container without the dflashops tag, which no command will touch);
-    the table or --json document is printed first."""
+    \b
+    A member of a placement (several containers serving one model) also
+    shows its role (head, or worker rank R of W) and the group's health:
+    serving, starting, stopped, or degraded (some members running, others
+    not or unreachable, which the group cannot recover from alone:
+    relaunch the head). --json carries it as server.placement.
+
+    Exits 1 when a row could not be read (PVE unreachable: state "error"), is refused (the
+    name or vmid holds a container without the dflashops tag, which no command will touch),
+    or is a member of a degraded placement (the line names the member that is down); the
+    table or --json document is printed first."""
     from dflashops.launch.status import status_probe
     from dflashops.proxmox.errors import ProvisionError
     from dflashops.proxmox.lifecycle import container_status
@@ -197,12 +205,21 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
         click.echo(dump_json([e.model_dump(mode="json") for e in entries]))
     else:
         _render_status(entries)
-    # A row that could not be read (PVE unreachable) is not a status, and a refused one (the
-    # vmid holds a container dflashops does not manage) blocks every command on that name:
-    # either way a script running `status` must learn something is wrong, so exit 1.
+    problem = status_problem(entries)
+    if problem is not None:
+        raise ProvisionError(problem[0], hint=problem[1])
+
+
+def status_problem(entries: list[ContainerStatus]) -> tuple[str, str | None] | None:
+    """Why ``status`` exits 1 (one line and a hint), or None.
+
+    A row that could not be read (PVE unreachable) is not a status, a refused one (the vmid
+    holds a container dflashops does not manage) blocks every command on that name, and a
+    degraded placement serves nothing: a script running ``status`` must learn of each."""
     failed = [e for e in entries if e.state == "error"]
     refused = [e for e in entries if e.state == "refused"]
-    problems = []
+    problems = group_problems(entries)
+    hint = _group_hint(entries) if problems else None
     if failed:
         problems.append(
             f"status of {len(failed)} of {len(entries)} container(s) could not be read: "
@@ -213,13 +230,50 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
             f"{len(refused)} of {len(entries)} container(s) refused as not managed by dflashops: "
             + "; ".join(f"{e.name}: {e.note}" for e in refused)
         )
-    if problems:
-        raise ProvisionError(
-            "; ".join(problems),
-            hint="fix the inventory's vmid, or the container's tag and hostname, then rerun"
-            if refused
-            else None,
-        )
+        hint = "fix the inventory's vmid, or the container's tag and hostname, then rerun"
+    return ("; ".join(problems), hint) if problems else None
+
+
+def group_problems(entries: list[ContainerStatus]) -> list[str]:
+    """One line per degraded placement among ``entries`` (several members of one group name
+    the same members: said once)."""
+    lines: list[str] = []
+    for e in entries:
+        view = (e.server or {}).get("placement") or {}
+        if view.get("problem"):
+            line = f"placement {view.get('playbook')} is degraded: {view['problem']}"
+            if line not in lines:
+                lines.append(line)
+    return lines
+
+
+def _group_hint(entries: list[ContainerStatus]) -> str:
+    """How a degraded group comes back: its ranks cannot rejoin one by one."""
+    for e in entries:
+        view = (e.server or {}).get("placement") or {}
+        members = view.get("members") or []
+        down = [m["name"] for m in members if not m.get("running")]
+        if view.get("problem") and members and down:
+            return (
+                f"read why: dflashops logs {down[0]}; then relaunch the whole group: "
+                f"dflashops launch {members[0]['name']}"
+            )
+    return "relaunch the placement from its head: dflashops launch HEAD"
+
+
+def _placement_cell(view: dict[str, Any]) -> str:
+    """``worker rank 1 of 2, group serving`` and one line per member that is not fine."""
+    role = "head" if view.get("role") == "head" else f"worker rank {view.get('rank')}"
+    text = f"{role} of {view.get('nodes')} ({view.get('playbook')}), group {view.get('health')}"
+    for member in view.get("members") or []:
+        if member.get("running") is None:
+            state = "unreachable"
+        elif not member.get("running"):
+            state = "not running"
+        else:
+            continue
+        text += f"\n{member.get('name')} ({member.get('role')}): {state}"
+    return text
 
 
 def _server_cell(server: dict[str, Any] | None) -> str:
@@ -228,17 +282,20 @@ def _server_cell(server: dict[str, Any] | None) -> str:
         return "-"
     if server.get("problem"):
         return str(server["problem"])
+    placement = server.get("placement")
+    group = f"\n{_placement_cell(placement)}" if placement else ""
     if not server.get("running"):
-        return "deployed, not running" if server.get("deployed") else "none"
+        return ("deployed, not running" if server.get("deployed") else "none") + group
     spec = f"{server.get('method') or 'none'}"
     if server.get("num_speculative_tokens"):
         spec += f" k={server['num_speculative_tokens']}"
     uptime = server.get("uptime_s")
     up = f", up {uptime // 60}m" if isinstance(uptime, int) else ""
-    return (
-        f"{server.get('engine')} {server.get('engine_version')} {spec}{up}\n"
-        f"{server.get('endpoint') or ''}"
-    )
+    # a worker serves no HTTP: the endpoint is the head's
+    endpoint = server.get("endpoint") or ""
+    if placement and placement.get("role") != "head":
+        endpoint = f"(head's) {endpoint}" if endpoint else ""
+    return f"{server.get('engine')} {server.get('engine_version')} {spec}{up}\n{endpoint}" + group
 
 
 def _render_status(entries: list[ContainerStatus]) -> None:

@@ -58,7 +58,27 @@ def measured(facts: DoctorFacts) -> dict[str, Any]:
         "acceptance_length": acceptance.acceptance_length if acceptance else None,
         "per_position_acceptance": list(acceptance.per_position) if acceptance else [],
         "decode_tok_s": acceptance.decode_tok_s if acceptance else None,
+        "members": _members(facts),
     }
+
+
+def _members(facts: DoctorFacts) -> list[dict[str, Any]]:
+    """A placement's members as doctor read them (empty for a single container)."""
+    if facts.placement is None:
+        return []
+    return [
+        {
+            "name": m.name,
+            "role": m.role,
+            "rank": m.rank,
+            "address": m.address,
+            "reachable": m.reachable,
+            "running": m.running if m.reachable else None,
+            "interface": m.interface_of(m.address),
+            "env": dict(m.env),
+        }
+        for m in facts.placement.members
+    ]
 
 
 def report_from(facts: DoctorFacts, endpoint: str | None = None) -> DoctorReport:

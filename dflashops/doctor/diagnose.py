@@ -4,7 +4,7 @@ Pure: no network, no files. ``doctor`` calls it on gathered facts, tests on reco
 
 from __future__ import annotations
 
-from dflashops.doctor import rules_drafter, rules_gpu, rules_server, rules_tune
+from dflashops.doctor import rules_drafter, rules_gpu, rules_members, rules_server, rules_tune
 from dflashops.doctor.facts import DoctorFacts
 from dflashops.doctor.findings import Check, Finding, rank
 from dflashops.doctor.rules import Rule, skip
@@ -22,9 +22,15 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("eager", rules_gpu.eager_mode),
     ("kv-cache", rules_server.kv_cache),
     ("prefix-cache", rules_server.prefix_cache),
+    ("members", rules_members.members_alive),
+    ("member-network", rules_members.member_interfaces),
+    ("member-throughput", rules_members.member_throughput),
 )
 # a server that does not run measures nothing: these rules then say so instead of guessing
 NEEDS_SERVER = frozenset({"drafter-config", "tune", "roofline", "kv-cache", "prefix-cache"})
+# cross-node rules: a single container has no members, so they are not listed at all (three
+# "not checked" lines on every single-container report would say nothing)
+PLACEMENT_ONLY = frozenset({"members", "member-network", "member-throughput"})
 
 
 def diagnose(facts: DoctorFacts) -> tuple[list[Finding], list[Check]]:
@@ -32,6 +38,8 @@ def diagnose(facts: DoctorFacts) -> tuple[list[Finding], list[Check]]:
     checks: list[Check] = []
     drafter_broken = False
     for name, rule in RULES:
+        if facts.placement is None and name in PLACEMENT_ONLY:
+            continue
         if facts.running_argv is None and name in NEEDS_SERVER:
             result = skip("no server running")
         elif name == "tune" and drafter_broken:

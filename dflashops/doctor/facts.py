@@ -10,6 +10,7 @@ from typing import Any
 
 from dflashops.bench.roofline import tp_from_argv
 from dflashops.deployment.manifest import DeployedManifest
+from dflashops.doctor.members import PlacementFacts
 from dflashops.doctor.nvidia import GpuState
 from dflashops.drafter.registry import RegistryEntry
 from dflashops.metrics.log_models import LogSummary
@@ -87,6 +88,7 @@ class DoctorFacts:
     roofline: RooflineSpec | None = None
     roofline_note: str | None = None
     tune_k_max: int | None = None
+    placement: PlacementFacts | None = None  # a placement member: every member's facts
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -8,7 +8,8 @@
    (an idle server), a short probe at concurrency 1 through ``bench`` (the playbook's workload,
    a few requests), which also gives the single-stream decode rate;
 4. the server log's last ``LOG_TAIL_BYTES`` (stats lines: KV cache usage, preemptions);
-5. on a GPU host, ``nvidia-smi`` (state and P2P) and the roofline's weights.
+5. on a GPU host, ``nvidia-smi`` (state and P2P) and the roofline's weights;
+6. on a placement member, every member's server and network (:mod:`.members`).
 
 Nothing here changes the server. A fact that cannot be read becomes a note, and the rule that
 needs it says "skipped".
@@ -35,12 +36,13 @@ from dflashops.bench.settings import BenchSettings
 from dflashops.bench.target import resolve_target
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.doctor.facts import Acceptance, DoctorFacts, DrafterFacts, GpuFacts, ServerCounters
+from dflashops.doctor.members import gather_placement
 from dflashops.doctor.nvidia import P2P_QUERY, QUERY, parse_p2p, parse_query
 from dflashops.drafter.fetch import fetch_model_meta
 from dflashops.drafter.files import read_drafter
 from dflashops.drafter.registry import load_registry
 from dflashops.errors import DflashopsError
-from dflashops.launch.status import server_status
+from dflashops.launch.status import read_placement, server_status
 from dflashops.metrics.logs import parse_log
 from dflashops.metrics.prometheus import Scrape
 from dflashops.metrics.spec_decode import SpecDecodeCounters, delta
@@ -107,6 +109,10 @@ def gather(
     if facts.device == "cuda":
         say(f"{name}: nvidia-smi")
         _gpus(facts, conn, playbook)
+    record = read_placement(conn, layout)
+    if record is not None:
+        say(f"{name}: reading every member of placement {record.get('playbook')}")
+        facts.placement = gather_placement(inventory, name, conn, record, layout=layout)
     return facts
 
 

@@ -2,12 +2,12 @@
 keeps (written by ``launch``, see :mod:`dflashops.launch.members`).
 
 ``stop`` on any member stops them all, and still stops the others when one cannot be reached
-(reported by name); ``status`` shows each member's role and health.
+(reported by name); ``status`` shows each member's role and health
+(:func:`dflashops.launch.status.placement_status`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -16,13 +16,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.deployment.manifest import read_manifest, write_manifest
-from dflashops.errors import DflashopsError, RemoteError
+from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
-from dflashops.launch.members import placement_file
 from dflashops.launch.report import LaunchReport
-from dflashops.launch.status import server_status
-from dflashops.remote import SshConnection, get_text
+
+# status of the group lives with ``status`` (its probe needs it); kept importable from here
+from dflashops.launch.status import MemberStatus, placement_status, read_placement
+
+__all__ = [
+    "MemberReport",
+    "MemberStatus",
+    "MemberStop",
+    "PlacementLaunchReport",
+    "PlacementStopReport",
+    "placement_status",
+    "read_placement",
+    "stop_placement",
+]
 
 
 class MemberReport(BaseModel):
@@ -66,20 +77,6 @@ class PlacementStopReport(BaseModel):
         return all(m.error is None for m in self.members)
 
 
-def read_placement(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Any] | None:
-    """The ``placement.json`` a member keeps, or None: a single-container deployment (also when a
-    single-container launch replaced a placement there: its manifest does not list the file)."""
-    path = placement_file(layout)
-    manifest = read_manifest(conn, layout)
-    if manifest is None or all(f.path != path for f in manifest.files):
-        return None
-    try:
-        data = json.loads(get_text(conn, path))
-    except (RemoteError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("members"), list) else None
-
-
 def stop_placement(
     inventory: Inventory,
     record: Mapping[str, Any],
@@ -111,39 +108,3 @@ def stop_placement(
         except DflashopsError as exc:
             results.append(MemberStop(name=name, role=role, error=exc.message))
     return PlacementStopReport(container=container, members=results)
-
-
-class MemberStatus(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    rank: int
-    role: str
-    address: str
-    running: bool | None = None  # None: unreachable
-    pid: int | None = None
-    listening: bool | None = None
-    error: str | None = None
-
-
-def placement_status(
-    inventory: Inventory, record: Mapping[str, Any], *, layout: Layout = DEFAULT_LAYOUT
-) -> list[MemberStatus]:
-    """Each member's role and health (its process, and for the head the API port)."""
-    rows = []
-    for entry in record["members"]:
-        row = MemberStatus(
-            name=str(entry["name"]),
-            rank=int(entry["rank"]),
-            role=str(entry["role"]),
-            address=str(entry["address"]),
-        )
-        try:
-            with connect(inventory, row.name, deadline=30.0).conn as conn:
-                status = server_status(conn, layout)
-            row.running, row.pid = status.running, status.pid
-            row.listening = status.listening if row.role == "head" else None
-        except DflashopsError as exc:
-            row.error = exc.message
-        rows.append(row)
-    return rows

@@ -3,26 +3,33 @@
 One SSH command reads the manifest, checks the pid, reads the running engine's own command line
 (the speculative config *in effect*, which may differ from the files if someone edited them
 after the start), its uptime and whether its port listens.
+
+A member of a placement (its ``placement.json``, written by ``launch``) also shows its role and
+the group's health: every member's server process, read over SSH (:func:`placement_status`),
+judged by :func:`group_health`. It lives here, not in :mod:`dflashops.launch.group`, because
+``status_probe`` needs it and ``group`` builds on this module.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.deployment.managed import ManagedCheck
-from dflashops.deployment.manifest import DeployedManifest
-from dflashops.errors import DflashopsError
+from dflashops.deployment.manifest import DeployedManifest, read_manifest
+from dflashops.errors import DflashopsError, RemoteError
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import Container
 from dflashops.launch.lifecycle import _HELPERS
-from dflashops.remote import SshConnection
+from dflashops.launch.members import placement_file
+from dflashops.remote import SshConnection, get_text
 from dflashops.server.argv import flag_value
 
 STATUS_DEADLINE_S = 30.0
@@ -180,7 +187,8 @@ def server_status(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> Serve
 
 def status_probe(inventory: Inventory, container: Container, entry: Any) -> dict[str, Any] | None:
     """The :data:`~dflashops.proxmox.lifecycle.ServerProbe` for ``dflashops status``: the server
-    part of one running container, or its problem when SSH fails (never raises)."""
+    part of one running container, or its problem when SSH fails (never raises). A placement
+    member's part also carries ``placement`` (a :class:`GroupView`)."""
     host = entry.address or container.ssh_host
     if not host:
         return {"problem": "no address to reach the container over SSH"}
@@ -195,6 +203,129 @@ def status_probe(inventory: Inventory, container: Container, entry: Any) -> dict
             deadline=30.0,
             connect_attempts=1,
         ) as conn:
-            return server_status(conn).model_dump(mode="json")
+            own = server_status(conn)
+            record = read_placement(conn)
     except DflashopsError as exc:
         return {"problem": exc.one_line()}
+    server = own.model_dump(mode="json")
+    if record is not None:
+        rows = placement_status(inventory, record, known={container.name: own})
+        server["placement"] = group_view(record, container.name, rows).model_dump(mode="json")
+    return server
+
+
+# ---------------------------------------------------------------------- a placement's group
+
+
+def read_placement(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Any] | None:
+    """The ``placement.json`` a member keeps, or None: a single-container deployment (also when a
+    single-container launch replaced a placement there: its manifest does not list the file)."""
+    path = placement_file(layout)
+    manifest = read_manifest(conn, layout)
+    if manifest is None or all(f.path != path for f in manifest.files):
+        return None
+    try:
+        data = json.loads(get_text(conn, path))
+    except (RemoteError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("members"), list) else None
+
+
+class MemberStatus(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    rank: int
+    role: str
+    address: str
+    running: bool | None = None  # None: unreachable
+    pid: int | None = None
+    listening: bool | None = None
+    error: str | None = None
+
+    def what(self) -> str:
+        """``lab-ct2 (worker, rank 1, 10.0.0.12)``: how a line names this member."""
+        return f"{self.name} ({self.role}, rank {self.rank}, {self.address})"
+
+
+def placement_status(
+    inventory: Inventory,
+    record: Mapping[str, Any],
+    *,
+    layout: Layout = DEFAULT_LAYOUT,
+    known: Mapping[str, ServerStatus] | None = None,
+) -> list[MemberStatus]:
+    """Each member's role and health (its process, and for the head the API port); ``known``:
+    states already read (the member ``status`` asked about), not read again."""
+    rows = []
+    for entry in record["members"]:
+        row = MemberStatus(
+            name=str(entry["name"]),
+            rank=int(entry["rank"]),
+            role=str(entry["role"]),
+            address=str(entry["address"]),
+        )
+        status = (known or {}).get(row.name)
+        try:
+            if status is None:
+                with connect(
+                    inventory, row.name, deadline=STATUS_DEADLINE_S, connect_attempts=1
+                ).conn as conn:
+                    status = server_status(conn, layout)
+            row.running, row.pid = status.running, status.pid
+            row.listening = status.listening if row.role == "head" else None
+        except DflashopsError as exc:
+            row.error = exc.one_line()
+        rows.append(row)
+    return rows
+
+
+GroupHealth = Literal["serving", "starting", "stopped", "degraded"]
+
+
+class GroupView(BaseModel):
+    """One member's view of its placement, for ``status``: its role and the group's health."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    playbook: str
+    role: str
+    rank: int
+    nodes: int
+    health: GroupHealth
+    problem: str | None = None  # one line naming the members that are down or unreachable
+    members: list[MemberStatus]
+
+
+def group_health(rows: list[MemberStatus]) -> tuple[GroupHealth, str | None]:
+    """The group's health from its members' states, and the one line naming what is wrong.
+
+    A rank cannot run without the others, so the group is all or nothing: every member running
+    is ``serving`` (``starting`` until the head's port listens), none running is ``stopped``;
+    some running and some not, or a member that cannot be read, is ``degraded``."""
+    unreachable = [r for r in rows if r.running is None]
+    down = [r for r in rows if r.running is False]
+    up = [r for r in rows if r.running]
+    if not unreachable and not up:
+        return "stopped", None
+    if not unreachable and not down:
+        head = next((r for r in rows if r.role == "head"), None)
+        return ("serving" if head is None or head.listening else "starting"), None
+    parts = [f"{r.what()} not running" for r in down]
+    parts += [f"{r.what()} unreachable: {r.error}" for r in unreachable]
+    return "degraded", "; ".join(parts)
+
+
+def group_view(record: Mapping[str, Any], name: str, rows: list[MemberStatus]) -> GroupView:
+    """``name``'s view of the placement ``record`` whose members' states are ``rows``."""
+    mine = next((r for r in rows if r.name == name), None)
+    health, problem = group_health(rows)
+    return GroupView(
+        playbook=str(record.get("playbook", "?")),
+        role=mine.role if mine else str(record.get("role", "?")),
+        rank=mine.rank if mine else int(record.get("rank", -1)),
+        nodes=len(rows),
+        health=health,
+        problem=problem,
+        members=rows,
+    )
