@@ -208,6 +208,13 @@ def stop(app: AppContext, name: str, as_json: bool) -> None:
     report = stop_server(app.inventory(), name)
     if as_json:
         click.echo(dump_json(report.model_dump(mode="json")))
+    elif report.members:  # a placement: the whole group stopped
+        for member in report.members:
+            what = "stopped" if member.was_running else "was not running"
+            click.echo(
+                f"{member.name} ({member.role}): {what}"
+                + (f" (pid {member.pid})" if member.pid else "")
+            )
     elif report.was_running:
         click.echo(f"stopped the server in {name} (pid {report.pid})")
     else:

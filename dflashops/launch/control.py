@@ -19,7 +19,7 @@ from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
 from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S
 from dflashops.launch.diagnose import diagnose
-from dflashops.launch.group import read_placement, stop_placement
+from dflashops.launch.group import MemberStop, read_placement, stop_placement
 from dflashops.launch.readiness import HttpProber, wait_ready
 from dflashops.progress import Say, quiet
 
@@ -32,6 +32,7 @@ class StopReport(BaseModel):
     container: str
     was_running: bool
     pid: int | None = None
+    members: list[MemberStop] = []  # a placement member stops its whole group: each member
 
 
 class RestartReport(BaseModel):
@@ -59,7 +60,10 @@ def stop_server(
             mine = next((m for m in group.members if m.name == container_name), None)
             running = any(m.was_running for m in group.members)
             return StopReport(
-                container=container_name, was_running=running, pid=mine.pid if mine else None
+                container=container_name,
+                was_running=running,
+                pid=mine.pid if mine else None,
+                members=list(group.members),
             )
         state = lifecycle.run_state(conn, layout)
         if state.running:
