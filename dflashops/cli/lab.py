@@ -100,9 +100,9 @@ def demo(as_json: bool) -> None:
     on lab-ct1 and on lab-ct2 (each step the real command's core call):
       setup  the lab's vLLM CPU runtime and tiny models (built once, cached;
              the DFlash drafter is trained through `drafter train`'s stages);
-             lab up: PVE API double, PVE node host, bridge
-      0      up, stopping after provision: both containers, one at a time
-             (same PVE node); then the trained drafter with a hand-guessed
+             lab up: PVE API double, two PVE node hosts, bridge
+      0      up, stopping after provision: both containers, in parallel, one
+             on each PVE node; then the trained drafter with a hand-guessed
              config (all full_attention, wrong target layers, wrong mask
              token) is staged in lab-ct1
       1      up: the drafter step refuses it, naming the keys; lab-ct2 (no

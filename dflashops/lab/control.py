@@ -25,7 +25,7 @@ import yaml
 from dflashops.cache import cache_root
 from dflashops.errors import LabError, tail_lines
 from dflashops.lab import hosts
-from dflashops.lab.daemon import LAB_NODE, LabNetwork, unstage_mounts
+from dflashops.lab.daemon import LAB_NODE, LAB_NODE2, LAB_NODES, LabNetwork, unstage_mounts
 from dflashops.lab.paths import LabPaths, lab_paths
 from dflashops.lab.run_folder import daemon_using, remove_run_folder
 
@@ -33,6 +33,8 @@ Progress = Callable[[str], None]
 UP_TIMEOUT_S = 90.0
 DOWN_TIMEOUT_S = 60.0
 LAB_CONTAINERS = {"lab-ct1": 10, "lab-ct2": 11}  # name -> host part of its address
+# name -> its PVE node: one container on each, so the lab's placement spans two nodes
+LAB_PLACES = {"lab-ct1": LAB_NODE, "lab-ct2": LAB_NODE2}
 LAB_TEMPLATE = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
 
 
@@ -46,7 +48,8 @@ class LabStatus:
     pid: int | None = None
     api_url: str | None = None
     ca_file: str | None = None
-    node: dict[str, Any] | None = None
+    node: dict[str, Any] | None = None  # the first node (``nodes`` lists every one)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
     containers: list[dict[str, Any]] = field(default_factory=list)
     servers: list[dict[str, Any]] = field(default_factory=list)
     mounts: dict[str, str] = field(default_factory=dict)
@@ -144,11 +147,17 @@ def lab_down(
     if pid is not None:
         say(f"stopping the lab daemon (pid {pid})")
         _stop_daemon(paths, pid)
+        # its pidfile goes before the process does (the interpreter still exits): wait for that,
+        # or the check below takes our own daemon for another lab's
+        deadline = time.monotonic() + 10
+        while daemon_using(paths.run) == pid and time.monotonic() < deadline:
+            time.sleep(0.1)
     elif os.geteuid() == 0 and paths.state.exists():
         # a daemon that died without cleaning up (SIGKILL, OOM): sweep its hosts by name
         network = LabNetwork.from_env()
         hosts.remove_netns_hosts(network.container_prefix)
-        hosts.remove_netns_host(network.node_host)
+        for host_name, _ in network.node_hosts().values():
+            hosts.remove_netns_host(host_name)
         unstage_mounts(paths)
     other = daemon_using(paths.run)
     if other is not None:
@@ -178,8 +187,11 @@ def lab_status(paths: LabPaths | None = None, *, query_api: bool = True) -> LabS
     status.inventory = str(paths.inventory)
     status.api_url = ready["api_url"]
     status.ca_file = ready["ca_file"]
-    node = ready["node"]
-    status.node = {**node, "ssh": f"root@{node['address']}:{node['ssh_port']}"}
+    status.nodes = [
+        {**node, "ssh": f"root@{node['address']}:{node['ssh_port']}"}
+        for node in ready.get("nodes", [ready["node"]])
+    ]
+    status.node = status.nodes[0]
     status.mounts = ready.get("mounts", {})
     if query_api:
         status.containers = _containers(paths)
@@ -200,7 +212,7 @@ def _servers(paths: LabPaths, containers: list[dict[str, Any]]) -> list[dict[str
         if entry.get("status") != "running" or name not in inv.containers:
             continue
         ct = inv.container(str(name))
-        probe = ContainerStatus(name=ct.name, cluster=ct.cluster, node=LAB_NODE)
+        probe = ContainerStatus(name=ct.name, cluster=ct.cluster, node=str(entry["node"]))
         probe.address = entry.get("address")
         server = status_probe(inv, ct, probe) or {}
         if server.get("running"):
@@ -223,16 +235,17 @@ def _containers(paths: LabPaths) -> list[dict[str, Any]]:
     inv = load_inventory(paths.inventory)
     client = PveClient(inv.clusters["lab"], inv.secret("lab"))
     found = []
-    for item in client.get(f"nodes/{LAB_NODE}/lxc") or []:
+    for node, item in ((n, i) for n in LAB_NODES for i in client.get(f"nodes/{n}/lxc") or []):
         vmid = int(item["vmid"])
         entry = {
             "vmid": vmid,
             "name": item.get("name"),
+            "node": node,
             "status": item.get("status"),
             "address": None,
         }
         if item.get("status") == "running":
-            for iface in client.get(f"nodes/{LAB_NODE}/lxc/{vmid}/interfaces") or []:
+            for iface in client.get(f"nodes/{node}/lxc/{vmid}/interfaces") or []:
                 inet = str(iface.get("inet") or "")
                 if iface.get("name") == "eth0" and inet:
                     entry["address"] = inet.split("/", maxsplit=1)[0]
@@ -247,6 +260,7 @@ def write_inventory(paths: LabPaths, net: LabNetwork) -> Path:
     containers: dict[str, dict[str, Any]] = {
         name: {
             "vmid": 200 + index - 10,
+            "node": LAB_PLACES[name],
             "network": {
                 "bridge": "vmbr0",
                 "ip": f"{net.host_address(index)}/{net.prefix}",
@@ -264,10 +278,15 @@ def write_inventory(paths: LabPaths, net: LabNetwork) -> Path:
                 "verify_tls": True,
                 "ca_file": ready["ca_file"],
                 "auth": {"user": "root@pam", "password": {"file": str(paths.password_file)}},
-                "nodes": {LAB_NODE: {"ssh": {"host": net.node_address, **ssh}}},
+                "nodes": {
+                    name: {"ssh": {"host": address, **ssh}}
+                    for name, (_, address) in net.node_hosts().items()
+                },
             }
         },
         "defaults": {
+            # a container without node: lives on the first (the cluster has two)
+            "node": LAB_NODE,
             "template": LAB_TEMPLATE,
             "storage": "local-lvm",
             "rootfs_gb": 8,
@@ -284,7 +303,7 @@ def write_inventory(paths: LabPaths, net: LabNetwork) -> Path:
         "containers": containers,
     }
     header = (
-        "# Written by `dflashops lab up`: the lab's PVE double, node host and containers.\n"
+        "# Written by `dflashops lab up`: the lab's PVE double, its two nodes and containers.\n"
         f"# Use it with: dflashops -i {paths.inventory} <command>\n"
         "# nvidia_driver is skip: the lab's GPUs are device nodes with no driver behind them.\n"
     )

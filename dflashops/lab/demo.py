@@ -6,7 +6,8 @@ three runs of ``up`` (each step the real command's core call, against the lab ex
 operator runs it against a Proxmox host) over two pairs, the lab playbook on ``lab-ct1`` and
 ``lab-ct2``, run in parallel:
 
-0. ``up`` (stopping after ``provision``) creates both containers, one at a time (same PVE node);
+0. ``up`` (stopping after ``provision``) creates both containers, each on its own PVE node
+   (``lab-ct1`` on ``lab``, ``lab-ct2`` on ``lab2``), so in parallel;
 1. the lab playbook points at a copy of the trained drafter whose config was guessed by hand
    (:mod:`dflashops.lab.incident`), staged in ``lab-ct1`` only: ``up``'s drafter step refuses
    the guessed config, naming the keys. ``lab-ct2`` (nothing staged there) fails at the same
@@ -169,7 +170,7 @@ class _UpRuns:
         return result
 
     def provision(self) -> None:
-        """Run 0: both pairs up to their provision (one at a time: same PVE node)."""
+        """Run 0: both pairs up to their provision (in parallel: one PVE node each)."""
         result = self._up("0 provision", (DEMO_CONTAINER, SECOND_CONTAINER), until="provision")
         for pair in result.pairs:
             if pair.outcome not in ("stopped", "unchanged"):

@@ -6,6 +6,7 @@ Plain data only; starting, stopping and inspecting hosts is :mod:`dflashops.lab.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,8 @@ MountKind = Literal["tmpfs", "overlay", "bind"]
 class Mount:
     """One private mount a netns host sees over ``target`` (nobody else sees it).
 
-    * ``tmpfs``: an empty, writable directory; gone when the host stops or restarts.
+    * ``tmpfs``: an empty, writable directory (``mode``, default 0755); gone when the host stops
+      or restarts.
     * ``overlay``: ``target``'s current content, writable copy-on-write. Writes go to ``source``
       when given (they survive :func:`~dflashops.lab.hosts.restart_host`), else to a tmpfs (lost
       on restart).
@@ -33,10 +35,11 @@ class Mount:
     kind: MountKind = "tmpfs"
     source: Path | None = None
     read_only: bool = False
+    mode: str = "0755"  # a tmpfs's permissions (octal)
 
     @classmethod
-    def tmpfs(cls, target: str) -> Mount:
-        return cls(target, "tmpfs")
+    def tmpfs(cls, target: str, *, mode: str = "0755") -> Mount:
+        return cls(target, "tmpfs", mode=mode)
 
     @classmethod
     def overlay(cls, target: str, upper: Path | None = None) -> Mount:
@@ -49,6 +52,8 @@ class Mount:
     def __post_init__(self) -> None:
         if not self.target.startswith("/") or self.target == "/":
             raise LabError(f"mount target must be an absolute path below /, not {self.target!r}")
+        if not re.fullmatch(r"[0-7]{3,4}", self.mode):
+            raise LabError(f"tmpfs mode must be octal digits, not {self.mode!r}")
         if self.kind == "bind" and self.source is None:
             raise LabError(f"bind mount on {self.target} needs a source")
 

@@ -1,7 +1,8 @@
-"""The lab's PVE node host: what ``provision`` probes over SSH on a real Proxmox node, faked.
+"""The lab's PVE node hosts: what ``provision`` probes over SSH on a real Proxmox node, faked.
 
-The node host is a network-namespace host with its own sshd (see :mod:`dflashops.lab.hosts`) and
-a private mount namespace in which:
+The lab's cluster has two (``lab`` and ``lab2``, one ``/etc/pve``). Each node host is a
+network-namespace host with its own sshd (see :mod:`dflashops.lab.hosts`) and a private mount
+namespace in which:
 
 - ``/usr/local/sbin`` holds ``pveversion``, ``nvidia-smi`` and ``pct`` that answer like the real
   tools (version, driver and GPUs come from :class:`NodeSpec`);
@@ -125,15 +126,17 @@ for i, g in enumerate(gpus):
 # pct set <vmid> -devN <value> | --devN <value> : edits the config file as pct does on a node
 PCT = r"""#!/usr/bin/env python3
 # fake pct (dflashops lab): supports `pct set VMID -devN VALUE ...` and `pct config VMID`
-import os, re, sys
+import os, re, socket, sys
 args = sys.argv[1:]
 if len(args) < 2 or args[0] not in ("set", "config"):
     print("usage: pct set <vmid> -devN <value> ... | pct config <vmid>", file=sys.stderr)
     sys.exit(255)
 vmid = args[1]
-path = f"/etc/pve/lxc/{vmid}.conf"
+# this node's own folder (/etc/pve/lxc links to one node's only: the cluster shares /etc/pve)
+node = socket.gethostname()
+path = f"/etc/pve/nodes/{node}/lxc/{vmid}.conf"
 if not os.path.exists(path):
-    print(f"Configuration file 'nodes/lab/lxc/{vmid}.conf' does not exist", file=sys.stderr)
+    print(f"Configuration file 'nodes/{node}/lxc/{vmid}.conf' does not exist", file=sys.stderr)
     sys.exit(2)
 text = open(path).read()
 head, sep, snaps = text.partition("\n[")

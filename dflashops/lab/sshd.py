@@ -164,7 +164,8 @@ def _mount_commands(mounts: Sequence[Mount], scratch: Path) -> list[str]:
     for index, mount in enumerate(mounts):
         target = q(mount.target)
         if mount.kind == "tmpfs":
-            commands.append(f"mkdir -p {target} && mount -t tmpfs -o mode=0755 dfo-tmp {target}")
+            mode = q(f"mode={mount.mode}")
+            commands.append(f"mkdir -p {target} && mount -t tmpfs -o {mode} dfo-tmp {target}")
         elif mount.kind == "bind":
             source = q(str(mount.source))
             commands.append(f"mkdir -p {target} && mount --bind {source} {target}")

@@ -54,6 +54,7 @@ from dflashops.launch.diagnose import diagnose
 from dflashops.launch.endpoint import base_url, endpoint_host
 from dflashops.launch.group import MemberReport, PlacementLaunchReport
 from dflashops.launch.joining import GroupWatch, MemberWatch, dead, joined_ranks, member_ranks
+from dflashops.launch.member_hosts import write_member_hosts
 from dflashops.launch.members import MemberRender, render_member
 from dflashops.launch.placement import Member, resolve_members
 from dflashops.launch.plan import decide, file_changes, remote_shas
@@ -242,6 +243,11 @@ class _PlacementLaunch:
                 engine_venv.apply(m.conn, m.wanted, m.venv_plan, m.venv_facts)
                 m.venv_facts = engine_venv.probe(m.conn, m.wanted)
             engine_venv.check_ready(m.venv_facts, m.wanted)
+        for m in group:
+            # the ranks resolve each other's names (member_hosts explains); kept right even
+            # when the group itself is unchanged
+            if write_member_hosts(m.conn, self.members):
+                self.say(f"{m.name}: the members' names written to /etc/hosts")
         if not restart:
             report.action = "unchanged"
             report.pid = head.state.server_pid

@@ -69,7 +69,7 @@ def pair(doc: dict[str, Any], container: str) -> dict[str, Any]:
 
 def test_demo_replays_the_incident_on_up_and_up_resumes(demo_env: dict[str, str]) -> None:
     first = json.loads(run_cli(demo_env, "lab", "demo", "--json", timeout=1080).stdout)
-    # run 0: both containers created (one at a time: the same PVE node)
+    # run 0: both containers created, one on each PVE node
     assert result_of(first, "0", CT1, "provision") == "create"
     assert result_of(first, "0", CT2, "provision") == "create"
 

@@ -318,7 +318,12 @@ def test_stop_restart_logs_through_the_cli(lab: Lab, fake: Path) -> None:
     cli_logs = run_cli(env, "logs", FAKE, "-n", "3").stdout
     assert len(cli_logs.splitlines()) == 3
     stopped = json.loads(run_cli(env, "stop", FAKE, "--json").stdout)
-    assert stopped == {"container": FAKE, "was_running": True, "pid": restarted["pid"]}
+    assert stopped == {
+        "container": FAKE,
+        "was_running": True,
+        "pid": restarted["pid"],
+        "members": [],  # one container, no placement
+    }
     with lab.conn(FAKE) as conn:
         status = server_status(conn)
     assert not status.running and status.deployed and not status.listening

@@ -1,13 +1,16 @@
 """One model across two lab containers (issue 24): real sshd hosts on their own addresses, real
 vLLM CPU on its native multi-node launcher (tensor-parallel 2: ``--nnodes 2``, the second
-member ``--headless``), through ``launch`` / ``status`` / ``stop`` as an operator runs them.
+member ``--headless``), the lab target with its DFlash drafter, through ``launch`` / ``bench`` /
+``status`` / ``stop`` as an operator runs them, with the shipped ``playbooks/lab-multinode.yaml``.
 
-An isolated lab (its own bridge and PVE double) with two containers, ``mct1`` (head) and
-``mct2``. One vLLM group at a time under the machine-wide slot. The test: a launch whose worker
-is killed while the group starts fails naming it and leaves nothing running; launch → every
-rank joins → a chat completion; the worker killed → the group's status names it and requests
-fail; ``stop`` on the head cleans both; a rerun converges (serves again), a second identical
-launch changes nothing, and the group stops.
+An isolated lab (its own bridge and PVE double) with the lab inventory's ``lab-ct1`` (head) and
+``lab-ct2``, made through the double and nothing else prepared in them (launch writes the
+members' names into ``/etc/hosts``; each has its own ``/dev/shm``). One vLLM group at a time
+under the machine-wide slot. The test: a launch whose worker is killed while the group starts
+fails naming it and leaves nothing running; the rerun converges: every rank joins → a chat
+completion, and a second identical launch changes nothing; ``bench`` on the head counts the
+drafts; the worker killed → the group's status names it and requests fail; ``stop`` on the head
+cleans both.
 """
 
 from __future__ import annotations
@@ -17,26 +20,31 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from dflashops.bench.entry import run_bench
+from dflashops.bench.request import BenchRequest, SettingsRequest
 from dflashops.launch.control import stop_server
 from dflashops.launch.core import launch
 from dflashops.launch.group import placement_status, read_placement
+from dflashops.launch.member_hosts import BEGIN, END
 from dflashops.launch.report import LaunchFailed
 from dflashops.launch.status import server_status
+from dflashops.playbook.load import load_playbook
 from tests.support.lab import require_lab
-from tests.support.multinode_lab import MultiLab, lab_playbook, multinode_lab
+from tests.support.multinode_lab import LAB_MEMBERS, MultiLab, multinode_lab
 from tests.support.vllm_servers import runtime_or_skip
 from tests.support.vllm_slot import VllmSlot
 
 pytestmark = pytest.mark.root
 
 CIDR = "10.200.24.0/24"  # issue 24
-HEAD, WORKER = "mct1", "mct2"
-CONTAINERS = {HEAD: (981, "10.200.24.30"), WORKER: (982, "10.200.24.31")}
+HEAD, WORKER = LAB_MEMBERS
+PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "lab-multinode.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +52,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiLab]:
     require_lab()
     runtime_or_skip()  # the lab mounts the runtime (venv, base Python, models) in the containers
     workdir = tmp_path_factory.mktemp("multinode")
-    with multinode_lab(workdir, tag="n", cidr=CIDR, containers=CONTAINERS) as lab:
+    with multinode_lab(workdir, tag="n", cidr=CIDR) as lab:
         yield lab
 
 
@@ -102,7 +110,8 @@ def kill_when_started(lab: MultiLab, name: str, within_s: float = 120) -> thread
 @pytest.mark.vllm
 @pytest.mark.timeout(600)
 def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None:
-    book = lab_playbook(HEAD, {"members": [HEAD, WORKER], "tensor_parallel_size": 2})
+    book = load_playbook(PLAYBOOK)
+    assert book.placement is not None and book.placement.members == [HEAD, WORKER]
 
     # the worker dies while the group starts: the launch fails naming it, nothing is left running
     killer = kill_when_started(lab, WORKER)
@@ -110,7 +119,18 @@ def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None
         launch(lab.inventory, HEAD, book, timeout_s=400)
     killer.join(timeout=5)
     assert server_pid(lab, HEAD) is None and server_pid(lab, WORKER) is None
+    # the members' names resolve in each container: launch wrote one block, other lines kept
+    wanted = [BEGIN, *(f"{lab.addresses[n]} {n}" for n in (HEAD, WORKER)), END]
+    for name in (HEAD, WORKER):
+        with lab.conn(name) as conn:
+            lines = conn.run("cat /etc/hosts", deadline=20).stdout.splitlines()
+            resolved = conn.run(f"getent hosts {WORKER}", deadline=20).stdout.split()
+        start = lines.index(BEGIN)
+        assert lines[start : start + 4] == wanted and lines.count(BEGIN) == 1
+        assert any("localhost" in line for line in lines[:start])
+        assert resolved[0] == lab.addresses[WORKER]
 
+    # the rerun converges: every rank joins and the head serves
     seen: list[str] = []
     report = launch(lab.inventory, HEAD, book, progress=seen.append, timeout_s=400)
     endpoint = lab.endpoint(HEAD)
@@ -121,6 +141,7 @@ def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None
     assert all(m["joined_in_s"] is not None for m in members.values())
     assert report.phases["joined"] <= report.phases["ready"]
     assert any(f"{WORKER}: ranks [1] of 2 joined" in line for line in seen)
+    assert not any("/etc/hosts" in line for line in seen)  # written once, by the first launch
     answer = chat(endpoint)
     assert answer["choices"][0]["message"]["content"]
     # the worker really runs rank 1 of the tensor-parallel group, in its own container
@@ -131,6 +152,24 @@ def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None
     assert record is not None and record["role"] == "worker"
     rows = {r.name: r for r in placement_status(lab.inventory, record)}
     assert rows[HEAD].running and rows[HEAD].listening and rows[WORKER].running
+    # launching it again changes nothing on any member
+    same = launch(lab.inventory, HEAD, book, timeout_s=400)
+    assert same.action == "unchanged" and same.pid == report.pid
+
+    # bench on the head, as `dflashops bench lab-ct1 -p lab-multinode`: the drafter drafts
+    bench = run_bench(
+        BenchRequest(
+            container=HEAD,
+            playbook=str(PLAYBOOK),
+            settings=SettingsRequest(concurrency=(1,), requests=3, max_tokens=32),
+        ),
+        lambda: lab.inventory,
+    )
+    level = bench.levels[0]
+    assert level.completed == 3
+    assert level.spec_decode_num_drafts and level.spec_decode_draft_tokens
+    assert level.spec_decode_accepted_tokens is not None
+    assert level.spec_decode_draft_tokens == 4 * level.spec_decode_num_drafts  # k = 4
 
     # the worker dies: the group's status names it, and the head no longer answers
     worker_pid = server_pid(lab, WORKER)
@@ -154,11 +193,3 @@ def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None
     assert server_pid(lab, HEAD) is None and server_pid(lab, WORKER) is None
     rows = {r.name: r for r in placement_status(lab.inventory, record)}
     assert not rows[HEAD].running and not rows[WORKER].running
-
-    # a rerun converges: the group serves again
-    again = launch(lab.inventory, HEAD, book, timeout_s=400)
-    assert again.action == "started"
-    assert chat(endpoint)["choices"][0]["message"]["content"]
-    # and launching it again changes nothing on any member
-    same = launch(lab.inventory, HEAD, book, timeout_s=400)
-    assert same.action == "unchanged" and same.pid == again.pid

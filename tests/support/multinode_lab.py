@@ -1,7 +1,7 @@
 """Two lab containers for multi-node serving (issue 24): an isolated lab (its own bridge, PVE
 double and node host, see :mod:`tests.support.lab`) with containers made through the double,
-their names written into each other's ``/etc/hosts``, and the playbook that serves the lab
-target across them on vLLM's native launcher (tensor-parallel 2).
+and the playbooks that serve the lab target on one of them or across them on vLLM's native
+launcher (tensor-parallel 2).
 
 Used by tests/integration/test_multinode.py and benchmarks/multinode_lab.py.
 """
@@ -49,23 +49,55 @@ class MultiLab:
         return f"http://{self.addresses[name]}:{PORT}/v1"
 
 
+LAB_MEMBERS = ("lab-ct1", "lab-ct2")  # what playbooks/lab-multinode.yaml places
+
+
 @contextmanager
 def multinode_lab(
-    workdir: Path, *, tag: str, cidr: str, containers: Mapping[str, tuple[int, str]]
+    workdir: Path,
+    *,
+    tag: str,
+    cidr: str,
+    containers: Mapping[str, tuple[int, str]] | None = None,
 ) -> Iterator[MultiLab]:
     """``lab up`` in ``workdir``, ``containers`` (name -> (vmid, address)) created and started
-    through the PVE double; ``lab down`` on exit (stops every container and its processes)."""
+    through the PVE double; ``lab down`` on exit (stops every container and its processes).
+
+    Without ``containers``: the lab inventory's own ``lab-ct1`` and ``lab-ct2`` (its vmids,
+    addresses and nodes: ``lab`` and ``lab2``), so the shipped ``playbooks/lab-multinode.yaml``
+    runs unchanged. Nothing else is prepared in them: ``launch`` writes the members' names
+    into ``/etc/hosts``, and every lab container has its own ``/dev/shm``
+    (:mod:`dflashops.lab.pve.containers`).
+    """
     env = isolated_lab_env(workdir, tag=tag, cidr=cidr)
     try:
         status = json.loads(run_cli(env, "lab", "up", "--json", timeout=300).stdout)
-        lab_inventory = load_inventory(Path(status["inventory"]))
+        path = Path(status["inventory"])
+        lab_inventory = load_inventory(path)
         client = PveClient(lab_inventory.clusters["lab"], lab_inventory.secret("lab"))
         key = Path(f"{lab_inventory.container('lab-ct1').ssh.key_file}.pub").read_text()
-        doc = yaml.safe_load(Path(status["inventory"]).read_text())
-        doc["containers"] = {}
-        for name, (vmid, ip) in containers.items():
+        if containers is None:
+            wanted = {}
+            for name in LAB_MEMBERS:
+                ct = lab_inventory.container(name)
+                assert isinstance(ct.vmid, int)
+                wanted[name] = (ct.vmid, ct.network.ip.partition("/")[0])
+            # each on its own PVE node (lab-ct2 on lab2): the placement spans two nodes
+            nodes = {name: lab_inventory.container(name).node for name in wanted}
+        else:
+            wanted = dict(containers)
+            nodes = dict.fromkeys(wanted, "lab")
+            doc = yaml.safe_load(path.read_text())
+            doc["containers"] = {
+                name: {"vmid": vmid, "network": {"bridge": "vmbr0", "ip": f"{ip}/24"}}
+                for name, (vmid, ip) in wanted.items()
+            }
+            path = workdir / "inventory.yaml"
+            path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        for name, (vmid, ip) in wanted.items():
+            node = nodes[name]
             upid = client.post(
-                "nodes/lab/lxc",
+                f"nodes/{node}/lxc",
                 vmid=vmid,
                 ostemplate=TEMPLATE,
                 storage="local-lvm",
@@ -75,24 +107,8 @@ def multinode_lab(
                 **{"ssh-public-keys": key},
             )
             client.wait_task(upid, timeout_s=60)
-            client.wait_task(client.post(f"nodes/lab/lxc/{vmid}/status/start"), timeout_s=60)
-            network = {"bridge": "vmbr0", "ip": f"{ip}/24"}
-            doc["containers"][name] = {"vmid": vmid, "network": network}
-        path = workdir / "inventory.yaml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        lab = MultiLab(load_inventory(path), {n: ip for n, (_, ip) in containers.items()})
-        # the members' names resolve to their addresses (what provisioning must write for a
-        # placement): the lab has no DNS, and c10d's reverse lookups would wait on it
-        hosts = "".join(f"{ip} {name}\n" for name, (_, ip) in containers.items())
-        for name in containers:
-            with lab.conn(name) as conn:
-                conn.run(f"printf %s '{hosts}' >> /etc/hosts", deadline=20)
-                # a private /dev/shm, as every LXC container has: a lab container shares this
-                # machine's, where vLLM's same-node test (in_the_same_node_as: rank 0 writes a
-                # shared-memory segment, the others try to open it) would take the two members
-                # for one node and wait forever on an IPC socket in the other's private TMPDIR
-                conn.run("mount -t tmpfs -o mode=1777,size=2g shm /dev/shm", deadline=20)
-        yield lab
+            client.wait_task(client.post(f"nodes/{node}/lxc/{vmid}/status/start"), timeout_s=60)
+        yield MultiLab(load_inventory(path), {n: ip for n, (_, ip) in wanted.items()})
     finally:
         run_cli(env, "lab", "down", check=False, timeout=300)
 

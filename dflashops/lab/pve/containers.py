@@ -6,9 +6,10 @@ address (the static ``ip`` of ``net0`` when it lies in the lab network, else the
 passed as ``ssh-public-keys`` (nothing else: without keys nobody gets in, as on PVE).
 
 Its filesystem is private where dflashops writes: ``/etc``, ``/opt`` and ``/var`` are
-copy-on-write overlays of this machine's, ``/root`` and ``/srv`` are empty private directories
-(plus any ``extra_mounts``, e.g. the lab's vLLM venv read-only). Their contents live in
-``<workdir>/ct<vmid>/`` and survive stop/start like a container's disk; destroy deletes them.
+copy-on-write overlays of this machine's, ``/root`` and ``/srv`` are empty private directories,
+``/dev/shm`` a private tmpfs (mode 1777, emptied on stop), plus any ``extra_mounts`` (e.g. the
+lab's vLLM venv read-only). Their contents live in ``<workdir>/ct<vmid>/`` and survive
+stop/start like a container's disk; destroy deletes them.
 
 sshd reads its config and ``authorized_keys`` from ``<workdir>/<host>/`` (an absolute
 ``AuthorizedKeysFile``), never from ``/root/.ssh`` or ``/etc/ssh``, so the private ``/root`` and
@@ -36,6 +37,11 @@ LAB_NETWORK = "10.200.0.0/24"
 FIRST_CONTAINER_HOST = 10  # .1 is the bridge, .2 the PVE node host
 OVERLAID = ("/etc", "/opt", "/var")
 PRIVATE = ("/root", "/srv")
+# every LXC container has its own /dev/shm. Sharing this machine's would make two lab containers
+# one node to vLLM: its same-node test (rank 0 writes a shared-memory segment, the others try to
+# open it) would succeed across them, and the "local" ranks then wait forever on an IPC socket
+# in the other container's private TMPDIR. Emptied on stop, as a container's is.
+SHM = Mount.tmpfs("/dev/shm", mode="1777")
 
 
 DEFAULT_HOST_PREFIX = "dfo-ct"
@@ -76,7 +82,8 @@ class NetnsContainers:
         self.extra_mounts = tuple(extra_mounts)
         self._hosts: dict[int, SshHost] = {}
         self._lock = threading.Lock()
-        for target in (*OVERLAID, *PRIVATE, *(m.target for m in self.extra_mounts)):
+        extra = (SHM.target, *(m.target for m in self.extra_mounts))
+        for target in (*OVERLAID, *PRIVATE, *extra):
             if self.workdir.is_relative_to(target):
                 raise LabError(f"container workdir {self.workdir} lies under {target}")
 
@@ -135,6 +142,7 @@ class NetnsContainers:
         for target in PRIVATE:
             (folder / target.strip("/")).mkdir(exist_ok=True)
             mounts.append(Mount.bind(folder / target.strip("/"), target, read_only=False))
+        mounts.append(SHM)
         host = hosts.start_netns_host(
             self.host_name(vmid),
             bridge=self.bridge,
