@@ -205,7 +205,12 @@ def step_tune(work: PairWork) -> Outcome:
     }
     work.record.tuned[key] = outputs
     measured = outcome.measured_tok_s
-    gain = "" if outcome.gain is None else f", {outcome.gain:+.0%} over k={outcome.start_k}"
+    if outcome.best_k == outcome.start_k:  # a gain over itself is the benches' noise
+        gain = f", the starting k={outcome.start_k} kept"
+    elif outcome.gain is None:
+        gain = ""
+    else:
+        gain = f", {outcome.gain:+.0%} over k={outcome.start_k}"
     shown = "?" if measured is None else f"{measured:.1f}"
     line = f"k*={outcome.best_k}: {shown} tok/s measured{gain} ({len(outcome.launches)} launches)"
     return line, outputs
