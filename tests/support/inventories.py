@@ -55,3 +55,25 @@ def write_inventory(
     path = tmp_path / "inv.yaml"
     path.write_text(inventory_text(cluster, container, api_url, password))
     return path
+
+
+# Two GPU nodes with containers of 2, 2 and 4 GPUs and one with `gpus: all`: the
+# placement tests' inventory (members, splits, systemd units)
+PLACEMENT_INVENTORY = """\
+version: 1
+clusters:
+  pve:
+    api_url: https://127.0.0.1:8006
+    auth: {user: root@pam, password: {env: PVE_PASSWORD}}
+    nodes: {n1: {ssh: {host: 127.0.0.1}}, n2: {ssh: {host: 127.0.0.1}}}
+defaults: {cluster: pve, node: n1}
+containers:
+  gpu-a: {vmid: 201, network: {ip: 10.200.1.21/24}, gpus: [0, 1]}
+  gpu-b: {vmid: 202, node: n2, network: {ip: 10.200.1.22/24}, gpus: [0, 1]}
+  gpu-c: {vmid: 203, node: n2, network: {ip: 10.200.1.23/24}, gpus: [0, 1, 2, 3]}
+  gpu-all: {vmid: 204, network: {ip: 10.200.1.24/24}, gpus: all}
+  cpu-a: {vmid: 205, network: {ip: 10.200.1.25/24}}
+  cpu-b: {vmid: 206, node: n2, network: {ip: 10.200.1.26/24}}
+  dhcp: {vmid: 207, network: {ip: dhcp}}
+  same-ip: {vmid: 208, node: n2, network: {ip: 10.200.1.25/24}}
+"""

@@ -20,25 +20,7 @@ from dflashops.launch.members import placement_file, render_member
 from dflashops.launch.placement import resolve_members
 from dflashops.launch.render import RenderInputs
 from dflashops.playbook.models import Playbook
-
-INVENTORY = """\
-version: 1
-clusters:
-  pve:
-    api_url: https://127.0.0.1:8006
-    auth: {user: root@pam, password: {env: PVE_PASSWORD}}
-    nodes: {n1: {ssh: {host: 127.0.0.1}}, n2: {ssh: {host: 127.0.0.1}}}
-defaults: {cluster: pve, node: n1}
-containers:
-  gpu-a: {vmid: 201, network: {ip: 10.200.1.21/24}, gpus: [0, 1]}
-  gpu-b: {vmid: 202, node: n2, network: {ip: 10.200.1.22/24}, gpus: [0, 1]}
-  gpu-c: {vmid: 203, node: n2, network: {ip: 10.200.1.23/24}, gpus: [0, 1, 2, 3]}
-  gpu-all: {vmid: 204, network: {ip: 10.200.1.24/24}, gpus: all}
-  cpu-a: {vmid: 205, network: {ip: 10.200.1.25/24}}
-  cpu-b: {vmid: 206, node: n2, network: {ip: 10.200.1.26/24}}
-  dhcp: {vmid: 207, network: {ip: dhcp}}
-  same-ip: {vmid: 208, node: n2, network: {ip: 10.200.1.25/24}}
-"""
+from tests.support.inventories import PLACEMENT_INVENTORY as INVENTORY
 
 
 @pytest.fixture

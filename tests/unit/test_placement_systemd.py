@@ -20,23 +20,11 @@ from dflashops.launch.members import render_member
 from dflashops.launch.placement import resolve_members
 from dflashops.launch.render import Rendered, RenderInputs, render
 from dflashops.playbook.models import Playbook
+from tests.support.inventories import PLACEMENT_INVENTORY as INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "tests" / "fixtures" / "launch" / "snapshots" / "members"
 UPDATE_ENV = "DFLASHOPS_UPDATE_SNAPSHOTS"
-
-INVENTORY = """\
-version: 1
-clusters:
-  pve:
-    api_url: https://127.0.0.1:8006
-    auth: {user: root@pam, password: {env: PVE_PASSWORD}}
-    nodes: {n1: {ssh: {host: 127.0.0.1}}, n2: {ssh: {host: 127.0.0.1}}}
-defaults: {cluster: pve, node: n1}
-containers:
-  gpu-a: {vmid: 201, network: {ip: 10.200.1.21/24}, gpus: [0, 1]}
-  gpu-b: {vmid: 202, node: n2, network: {ip: 10.200.1.22/24}, gpus: [0, 1]}
-"""
 
 
 @pytest.fixture
