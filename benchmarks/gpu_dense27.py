@@ -12,7 +12,12 @@ checks see what a real checkpoint declares):
 - ``drafter27``: the z-lab Qwen3.6-27B DFlash drafter's shape with the registry's corrected keys
   (4 × sliding_attention + full_attention, target layers 1, 16, 31, 46, 61, mask 248070);
 - ``drafter27-guessed``: the same weights' shape with the incident's guessed config (every layer
-  full_attention, evenly spread wrong target layers, the wrong mask id).
+  full_attention, evenly spread wrong target layers, the wrong mask id);
+- ``target27h``: Qwen3.6-27B's own architecture, ``Qwen3_5ForConditionalGeneration`` (64 layers,
+  3 Gated DeltaNet + 1 full attention per 4, hidden 5120, vocabulary 248,320: the registry's
+  target), served text-only with vLLM's ``--language-model-only`` (no vision tower, no
+  processor files). The head and intermediate sizes are Qwen3.5-27B's published config as we
+  remember it, not read here (no hub): they set the cost of a step, not what is checked.
 
 The tokenizer is a WordLevel one written as JSON (no ``tokenizers`` needed here) that covers
 every id, so random weights never sample an id it cannot decode; ``<|mask|>`` and the chat
@@ -80,6 +85,61 @@ def target_config() -> dict[str, Any]:
         intermediate_size=20480,
         layer_types=["full_attention"] * 64,
     )
+
+
+def hybrid_target_config() -> dict[str, Any]:
+    """Qwen3.6-27B's architecture (vLLM's ``Qwen3_5Config``: text_config + vision_config)."""
+    text = {
+        "model_type": "qwen3_5_text",
+        "vocab_size": VOCAB,
+        "hidden_size": 5120,
+        "intermediate_size": 17408,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 24,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 48,
+        "full_attention_interval": 4,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 16,
+        "max_position_embeddings": 40960,
+        "rms_norm_eps": 1e-06,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000000,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": [11, 11, 10],
+            "mrope_interleaved": True,
+        },
+        "bos_token_id": 248044,
+        "eos_token_id": 248046,
+        "dtype": "bfloat16",
+    }
+    return {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "text_config": text,
+        "vision_config": {"out_hidden_size": 5120},
+        "image_token_id": 248056,
+        "video_token_id": 248057,
+        "vision_start_token_id": 248053,
+        "vision_end_token_id": 248054,
+        "tie_word_embeddings": False,
+        "dtype": "bfloat16",
+    }
+
+
+def hybrid_target_tensors() -> dict[str, Any]:
+    """Embedding and head under the names a Qwen3_5ForConditionalGeneration checkpoint uses."""
+    return {
+        "model.language_model.embed_tokens.weight": ("BF16", (VOCAB, 5120)),
+        "lm_head.weight": ("BF16", (VOCAB, 5120)),
+    }
 
 
 def drafter_config(*, guessed: bool) -> dict[str, Any]:
@@ -157,13 +217,14 @@ def write_folder(folder: Path, config: dict[str, Any], tensors: dict[str, Any]) 
 def main() -> int:
     out = Path(sys.argv[1])
     target = target_config()
-    for name in ("target27", "drafter27", "drafter27-guessed"):
+    for name in ("target27", "target27h", "drafter27", "drafter27-guessed"):
         shutil.rmtree(out / name, ignore_errors=True)
     write_folder(out / "target27", target, target_tensors(target))
+    write_folder(out / "target27h", hybrid_target_config(), hybrid_target_tensors())
     for name, guessed in (("drafter27", False), ("drafter27-guessed", True)):
         config = drafter_config(guessed=guessed)
         write_folder(out / name, config, drafter_tensors(config, target))
-    print(f"27B-shaped models in {out}: target27, drafter27, drafter27-guessed")
+    print(f"27B-shaped models in {out}: target27, target27h, drafter27, drafter27-guessed")
     return 0
 
 

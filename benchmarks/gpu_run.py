@@ -19,6 +19,13 @@ Steps (each skipped when ``/root/gpu/state`` says it is done, so a second call c
    concurrency 1, 4 and 16 and the independent client at the same levels and requests;
 3. copy results.json, the facts and the server logs to ``--out`` after every run.
 
+``--agree-rounds N`` (the second session's set, ``gpu_specs.py --set h200b``): for the runs in
+``AGREE_RUNS`` the bench-against-client comparison at concurrency 4 and 16 is repeated N times
+with longer levels (``AGREE_REQUESTS``), the order of the two clients alternating each round,
+so a level lasts several seconds and neither client always meets a warmer server. A run whose
+name ends in ``-pf`` is the preflight alone (``--preflight-only``): its exit code and report are
+the result (the guessed drafter config: does the product refuse it on the GPU host?).
+
 Analysis (tune-offline, roofline shares, tables) happens afterwards, off the GPU.
 """
 
@@ -47,12 +54,15 @@ STATE = ROOT / "state"
 EXTRA = ROOT / "extra"
 T0 = time.monotonic()
 # runs that also get `dflashops bench` at concurrency 1, 4, 16 next to the independent client
-BENCH_RUNS = {"q8b-k4", "q8b-k0", "tiny-k4", "q27-tp1-k0", "q27-tp2-k0"}
+BENCH_RUNS = {"q8b-k4", "q8b-k0", "tiny-k4", "q27-tp1-k0", "q27-tp2-k0", "q27h-k0"}
 LEVELS = (1, 4, 16)
 # the 27B runs bench concurrency 1 only: the roofline share is a single-stream figure, and a
 # two-GPU lease is too short for the rest
-LEVELS_OF = {"q27-tp1-k0": (1,), "q27-tp2-k0": (1,)}
+LEVELS_OF = {"q27-tp1-k0": (1,), "q27-tp2-k0": (1,), "q27h-k0": (1,)}
 BENCH_REQUESTS = 24
+# --agree-rounds: longer levels, repeated with the clients' order alternating
+AGREE_RUNS = {"q8b-k4", "tiny-k4"}
+AGREE_REQUESTS = {4: 48, 16: 96}
 SWEEP_REQUESTS = 6
 MAX_TOKENS = 256
 
@@ -131,6 +141,8 @@ def setup(payload: Path) -> dict[str, Any]:
 
 def weight_bytes(config: dict[str, Any]) -> int:
     """bf16 bytes of a dense Qwen3 decoder from its config (dummy weights have no files)."""
+    if "text_config" in config:
+        return hybrid_weight_bytes(config["text_config"])
     h, v, i = (int(config[key]) for key in ("hidden_size", "vocab_size", "intermediate_size"))
     heads, kv, hd = (
         int(config[key]) for key in ("num_attention_heads", "num_key_value_heads", "head_dim")
@@ -139,6 +151,25 @@ def weight_bytes(config: dict[str, Any]) -> int:
     layer = attn + 3 * h * i + 2 * h
     embed = v * h * (1 if config.get("tie_word_embeddings") else 2)
     return 2 * (int(config["num_hidden_layers"]) * layer + embed + h)
+
+
+def hybrid_weight_bytes(text: dict[str, Any]) -> int:
+    """bf16 bytes of Qwen3.5/3.6's language model (``Qwen3_5ForConditionalGeneration`` served
+    ``--language-model-only``): gated full attention (q_proj holds the gate too) every 4th layer,
+    Gated DeltaNet in the others, as vLLM's ``qwen3_next.py`` declares the projections."""
+    h, v, i = (int(text[key]) for key in ("hidden_size", "vocab_size", "intermediate_size"))
+    heads, kv, hd = (int(text[key]) for key in ("num_attention_heads", "num_key_value_heads",
+                                                "head_dim"))  # fmt: skip
+    nk, nv = int(text["linear_num_key_heads"]), int(text["linear_num_value_heads"])
+    dk, dv = int(text["linear_key_head_dim"]), int(text["linear_value_head_dim"])
+    conv = int(text.get("linear_conv_kernel_dim", 4))
+    full = h * heads * hd * 2 + 2 * h * kv * hd + heads * hd * h + 2 * hd
+    qkvz = h * (2 * nk * dk + 2 * nv * dv)
+    linear = qkvz + h * 2 * nv + (2 * nk * dk + nv * dv) * conv + nv * dv * h + 2 * nv + dv
+    mlp = 3 * h * i + 2 * h
+    layers = text["layer_types"]
+    total = sum((full if kind == "full_attention" else linear) + mlp for kind in layers)
+    return 2 * (total + 2 * v * h + h)
 
 
 def load_results() -> dict[str, Any]:
@@ -188,14 +219,23 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def bench(meta: dict[str, Any], workload: Path, weights: str, out_json: Path) -> dict[str, Any]:
+def bench(
+    meta: dict[str, Any],
+    workload: Path,
+    weights: str,
+    out_json: Path,
+    *,
+    levels: tuple[int, ...] | None = None,
+    requests: int = BENCH_REQUESTS,
+) -> dict[str, Any]:
     k = meta["k"]
+    at = levels if levels is not None else LEVELS_OF.get(meta["run"], LEVELS)
     cmd = [
         sys.executable, "-m", "dflashops", "bench",
         "--url", f"http://127.0.0.1:{meta['port']}", "--model", meta["served_name"],
         "--api", "completions", "-w", str(workload),
-        "-c", ",".join(map(str, LEVELS_OF.get(meta["run"], LEVELS))),
-        "-n", str(BENCH_REQUESTS), "--warmup", "1", "--max-tokens", str(MAX_TOKENS),
+        "-c", ",".join(map(str, at)),
+        "-n", str(requests), "--warmup", "1", "--max-tokens", str(MAX_TOKENS),
         "--ignore-eos", "--temperature", "0", "--method", "dflash" if k else "none",
         "-k", str(k), "--label", meta["run"], "--gpu", "H200",
         "--tp", str(meta.get("tensor_parallel_size", 1)),
@@ -216,8 +256,68 @@ def bench(meta: dict[str, Any], workload: Path, weights: str, out_json: Path) ->
     return result
 
 
+def agreement_rounds(
+    meta: dict[str, Any],
+    workload: Path,
+    weights: str,
+    prompts: list[str],
+    *,
+    rounds: int,
+    run_dir: Path,
+) -> list[dict[str, Any]]:
+    """``rounds`` × (bench, client) per level in AGREE_REQUESTS, the order alternating."""
+    out = []
+    for r in range(rounds):
+        for c, n in AGREE_REQUESTS.items():
+            row: dict[str, Any] = {"round": r, "concurrency": c, "requests": n}
+            order = ("bench", "client") if r % 2 == 0 else ("client", "bench")
+            for who in order:
+                if who == "bench":
+                    out_json = run_dir / f"agree-{r}-c{c}.json"
+                    got = bench(meta, workload, weights, out_json, levels=(c,), requests=n)
+                    levels = (got.get("report") or {}).get("levels") or [{}]
+                    level = {k: v for k, v in levels[0].items() if k != "requests"}
+                    row["bench"] = {"rc": got["rc"], "level": level, "cmd": got["cmd"]}
+                else:
+                    row["client"] = gpu_client.level(
+                        meta["port"], meta["served_name"], prompts,
+                        concurrency=c, requests=n, max_tokens=MAX_TOKENS,
+                    )  # fmt: skip
+            row["order"] = list(order)
+            log(meta["run"], "agree", r, c, bench_tok_s(row), row["client"].get("output_tok_s"))
+            out.append(row)
+    return out
+
+
+def bench_tok_s(row: dict[str, Any]) -> float | None:
+    level = row.get("bench", {}).get("level") or {}
+    value = level.get("output_throughput", level.get("output_tok_s"))
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def preflight_only(name: str, specs: Path) -> dict[str, Any]:
+    """The bundled server's checks alone: what the product says before any engine start."""
+    spec = specs / f"{name}.json"
+    cmd = [sys.executable, "-m", "dflashops.server", "--spec", str(spec), "--preflight-only"]
+    started = time.monotonic()
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=engine_env(), timeout=300, check=False, cwd=ROOT
+    )
+    res: dict[str, Any] = {
+        "run": name,
+        "cmd": " ".join(cmd[1:]),
+        "rc": done.returncode,
+        "seconds": round(time.monotonic() - started, 1),
+        "stdout_tail": done.stdout[-6000:],
+        "stderr_tail": done.stderr[-6000:],
+        "done": True,
+    }
+    log(name, "preflight-only rc", done.returncode, done.stderr[-400:])
+    return res
+
+
 def measure_run(
-    name: str, meta: dict[str, Any], deadline: float, specs: Path = SPECS
+    name: str, meta: dict[str, Any], deadline: float, specs: Path = SPECS, agree_rounds: int = 0
 ) -> dict[str, Any]:
     run_dir = STATE / name
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -263,6 +363,12 @@ def measure_run(
         if name in BENCH_RUNS:
             weights = str(model) if name.startswith("tiny") else str(weight_bytes(config))
             res["weights"] = weights
+            if agree_rounds and name in AGREE_RUNS:
+                res["agree"] = agreement_rounds(
+                    meta, workload, weights, prompts, rounds=agree_rounds, run_dir=run_dir
+                )
+                res["done"] = True
+                return res
             res["bench"] = bench(meta, workload, weights, run_dir / "bench.json")
             log(name, "bench rc", res["bench"]["rc"], res["bench"]["stderr_tail"][-300:])
             res["client_levels"] = [
@@ -300,6 +406,9 @@ def main() -> int:
     ap.add_argument(
         "--specs", type=Path, default=SPECS, help="specs folder (gpu_specs.py --set tp2 writes one)"
     )
+    ap.add_argument(
+        "--agree-rounds", type=int, default=0, help="bench vs client rounds (AGREE_RUNS only)"
+    )
     args = ap.parse_args()
     deadline = T0 + args.deadline_s
     pgids = STATE / "pgids"
@@ -319,7 +428,13 @@ def main() -> int:
         if prior.get("done") or (engine_refused and not args.retry_failed):
             log("skip", name, "(done)" if prior.get("done") else f"({prior.get('error')})")
             continue
+        if name.endswith("-pf"):
+            results[name] = preflight_only(name, args.specs)
+            save(results, args.out)
+            continue
         need = 230 if name in BENCH_RUNS else 150
+        if args.agree_rounds and name in AGREE_RUNS:
+            need += 40 * args.agree_rounds
         if name.startswith("tiny"):
             need -= 40
         if name.startswith("q27"):  # 53.5 GB of dummy weights to initialise; TP=2 spawns two
@@ -327,7 +442,7 @@ def main() -> int:
         if deadline - time.monotonic() < need:
             log("not enough time left for", name)
             continue
-        results[name] = measure_run(name, metas[name], deadline, args.specs)
+        results[name] = measure_run(name, metas[name], deadline, args.specs, args.agree_rounds)
         save(results, args.out)
     save(results, args.out)
     log("done", [n for n in order if results.get(n, {}).get("done")])

@@ -1,13 +1,18 @@
 """Render the server specs of the issue-22 GPU run (here, before any device time is spent).
 
-`python benchmarks/gpu_specs.py [--set h200|tp2] [OUT_DIR]` loads the H200 playbooks in
-``benchmarks/results/gpu-h200-playbooks/`` and renders, through ``launch``'s own renderer
-(:func:`dflashops.launch.render.build_spec`), one ``python -m dflashops.server`` spec per run:
-the Qwen3-8B-shaped target at k = 0, 1, 2, 4, 8, 15 and the lab's tiny target with its trained
+`python benchmarks/gpu_specs.py [--set h200|tp2|h200b] [--models DIR] [OUT_DIR]` loads the H200
+playbooks in ``benchmarks/results/gpu-h200-playbooks/`` and renders, through ``launch``'s own
+renderer (:func:`dflashops.launch.render.build_spec`), one ``python -m dflashops.server`` spec per
+run: the Qwen3-8B-shaped target at k = 0, 1, 2, 4, 8, 15 and the lab's tiny target with its trained
 drafter; with ``--set tp2`` the 27B shape at TP=1 and TP=2 (issue 23) from
-``benchmarks/results/gpu-h200x2-playbooks/``. Paths in the specs are the GPU host's
-(``/root/gpu/...``; the engine comes from the payload through ``PYTHONPATH``, so ``argv[0]`` is
-the host's ``python3``).
+``benchmarks/results/gpu-h200x2-playbooks/``; with ``--set h200b`` the second H200 session: the
+bench-against-client agreement runs again (``gpu_run.py --agree-rounds``) and Qwen3.6-27B's own
+hybrid architecture with the corrected and the guessed drafter config
+(``benchmarks/results/gpu-h200-27b-playbooks/``). ``--models DIR`` (the model folders made here,
+``gpu_dense27.py``'s) checks each DFlash drafter as ``launch`` does before rendering, so a spec
+carries the environment the check requires and the target's hybrid facts. Paths in the specs
+are the GPU host's (``/root/gpu/...``; the engine comes from the payload through ``PYTHONPATH``,
+so ``argv[0]`` is the host's ``python3``).
 
 Two edits after rendering, both recorded in each spec file's sibling ``runs.json``:
 - the report and pid files go under ``/root/gpu/state/<run>/`` (no ``/var/lib/dflashops``
@@ -25,6 +30,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from dflashops.drafter.check import check_paths
+from dflashops.drafter.engine import parse_engine
+from dflashops.launch.args import TargetFacts, hybrid_from_config
 from dflashops.launch.render import RenderInputs, build_spec
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
@@ -65,6 +73,18 @@ TP2_RUNS: Runs = {
     "q27-tp2-k15": ("qwen3-27b-dflash-tp2.yaml", 15, True),
     "q27-tp1-k15": ("qwen3-27b-dflash-tp1.yaml", 15, True),
 }
+# The second H200 session (issue 22): the agreement reruns first, then Qwen3.6-27B's hybrid
+# architecture: the product's verdict on the guessed config (preflight only), what vLLM itself does
+# with it (the drafter check skipped, as --force does), the corrected config with the incident's
+# curve, and plain decode for the roofline. Playbook paths are relative to benchmarks/results.
+H200B_RUNS: Runs = {
+    "q8b-k4": ("gpu-h200-playbooks/qwen3-8b-dflash.yaml", 4, True),
+    "q27h-guessed-pf": ("gpu-h200-27b-playbooks/qwen36-27b-dflash-guessed.yaml", 4, False),
+    "q27h-guessed-k4": ("gpu-h200-27b-playbooks/qwen36-27b-dflash-guessed.yaml", 4, False),
+    "q27h-k4": ("gpu-h200-27b-playbooks/qwen36-27b-dflash.yaml", 4, True),
+    "q27h-k0": ("gpu-h200-27b-playbooks/qwen36-27b-dflash.yaml", 0, False),
+    "tiny-k4": ("gpu-h200-playbooks/tiny-qwen3-dflash.yaml", 4, False),
+}
 # --set NAME -> (playbooks folder, runs, default output folder)
 SETS: dict[str, tuple[Path, Runs, Path]] = {
     "h200": (PLAYBOOKS, RUNS, DEFAULT_OUT),
@@ -73,7 +93,13 @@ SETS: dict[str, tuple[Path, Runs, Path]] = {
         TP2_RUNS,
         REPO / "benchmarks" / "results" / "gpu-h200x2-specs",
     ),
+    "h200b": (
+        REPO / "benchmarks" / "results",
+        H200B_RUNS,
+        REPO / "benchmarks" / "results" / "gpu-h200b-specs",
+    ),
 }
+GPU_ROOT = "/root/gpu"
 
 
 def playbook_at_k(path: Path, k: int) -> Playbook:
@@ -98,14 +124,43 @@ def with_synthetic(argv: list[str], rates: list[float]) -> list[str]:
     return out
 
 
-def render_run(name: str, which: str = "h200") -> tuple[dict[str, Any], dict[str, Any]]:
+def local_check(playbook: Playbook, models: Path) -> tuple[dict[str, str], TargetFacts]:
+    """What launch's drafter check gives the renderer, from the local copies of the GPU host's
+    model folders (``/root/gpu/NAME`` is ``models/NAME`` here)."""
+
+    def here(path: Path) -> Path:
+        return models / path.relative_to(GPU_ROOT)
+
+    config = json.loads((here(playbook.model.path) / "config.json").read_text(encoding="utf-8"))
+    target = TargetFacts(hybrid_linear_attention=hybrid_from_config(config))
+    drafter = playbook.drafter
+    if drafter.method != "dflash" or drafter.model is None:
+        return {}, target
+    run = check_paths(
+        str(here(drafter.model.path)),
+        target=str(here(playbook.model.path)),
+        ref=drafter.ref,
+        engine=parse_engine(f"{playbook.engine.name}=={playbook.engine.version}"),
+        k=playbook.server.num_speculative_tokens,
+    )
+    return dict(run.result.required_env), target
+
+
+def render_run(
+    name: str, which: str = "h200", models: Path | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     folder, runs, _ = SETS[which]
     book, k, synthetic = runs[name]
     playbook = playbook_at_k(folder / book, k)
+    required_env, target = local_check(playbook, models) if models else ({}, TargetFacts())
     inputs = RenderInputs(
         supervisor="fallback",
         venv_python="python3",
-        skip_drafter_validation="guessed" in name,
+        # the guessed config runs to see what vLLM itself does with it; its "-pf" twin keeps the
+        # check, to record the product's own verdict on the GPU host
+        skip_drafter_validation="guessed" in name and not name.endswith("-pf"),
+        required_env=required_env,
+        target=target,
     )
     spec = build_spec(playbook, inputs)
     spec = replace(
@@ -132,14 +187,19 @@ def render_run(name: str, which: str = "h200") -> tuple[dict[str, Any], dict[str
 def main() -> int:
     args = sys.argv[1:]
     which = "h200"
-    if args[:1] == ["--set"]:
-        which, args = args[1], args[2:]
+    models = None
+    while args[:1] and args[0] in ("--set", "--models"):
+        if args[0] == "--set":
+            which = args[1]
+        else:
+            models = Path(args[1])
+        args = args[2:]
     _, runs_of_set, default_out = SETS[which]
     out = Path(args[0]) if args else default_out
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     for name in runs_of_set:
-        spec, meta = render_run(name, which)
+        spec, meta = render_run(name, which, models)
         (out / f"{name}.json").write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
         runs.append(meta)
     (out / "runs.json").write_text(json.dumps({"runs": runs}, indent=2) + "\n", encoding="utf-8")

@@ -15,6 +15,7 @@ from typing import Literal
 
 from dflashops import __version__
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.drafter.registry import load_registry
 from dflashops.launch.args import VLLM_API_KEY_ENV, TargetFacts, engine_argv, speculative_config
 from dflashops.launch.templates import render_template
 from dflashops.playbook.models import Playbook
@@ -104,6 +105,7 @@ def build_spec(playbook: Playbook, inputs: RenderInputs) -> ServerSpec:
         model=str(playbook.model.path),
         drafter=str(drafter_path) if drafter_path is not None else None,
         method=method,
+        drafter_ref=bundled_ref(drafter.ref),
         num_speculative_tokens=server.num_speculative_tokens,
         tensor_parallel_size=server.tensor_parallel_size,
         expect_cuda=cuda,
@@ -113,6 +115,14 @@ def build_spec(playbook: Playbook, inputs: RenderInputs) -> ServerSpec:
         pidfile=inputs.layout.pidfile,
         collective_check=cuda and server.collective_check,
     )
+
+
+def bundled_ref(ref: str | None) -> str | None:
+    """``drafter.ref`` for the host's preflight when it names an entry of the registry the wheel
+    carries; an entry file exists only here (launch's own check used it), so it is left out."""
+    if ref is None:
+        return None
+    return ref if load_registry().find(ref) is not None else None
 
 
 def summary(playbook: Playbook) -> str:

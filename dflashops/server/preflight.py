@@ -242,6 +242,7 @@ def validate_drafter_hook(spec: ServerSpec) -> dict[str, Any]:
         run = check_paths(
             spec.drafter,
             target=spec.model if spec.check_files else None,
+            ref=spec.drafter_ref,
             engine=engine,
             k=spec.num_speculative_tokens,
         )

@@ -36,6 +36,11 @@ class ServerSpec:
     model: str
     drafter: str | None = None
     method: str | None = None
+    # the registry entry the drafter is checked against (the playbook's drafter.ref, when it
+    # names a bundled entry): without it a target that two entries fit (Qwen3.5- and
+    # Qwen3.6-27B share one architecture) leaves the check with no reference, and a guessed
+    # config passes the host's preflight with warnings only
+    drafter_ref: str | None = None
     # num_speculative_tokens the engine runs with (the drafter check compares it to block_size)
     num_speculative_tokens: int | None = None
     tensor_parallel_size: int = 1
@@ -139,7 +144,7 @@ class ServerSpec:
 
 
 _REQUIRED = ("engine", "engine_version", "argv", "model")
-_ADDED_LATER: dict[str, Any] = {"collective_check": False}
+_ADDED_LATER: dict[str, Any] = {"collective_check": False, "drafter_ref": None}
 _TYPES: dict[str, tuple[type, ...]] = {
     "engine": (str,),
     "engine_version": (str,),
@@ -147,6 +152,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,),
     "drafter": (str, type(None)),
     "method": (str, type(None)),
+    "drafter_ref": (str, type(None)),
     "num_speculative_tokens": (int, type(None)),
     "tensor_parallel_size": (int,),
     "expect_cuda": (bool,),
