@@ -359,3 +359,53 @@ def test_checks_stop_at_the_first_failure(setup: Setup) -> None:
     assert [c.name for c in report.checks] == ["engine", "model"]
     with pytest.raises(PreflightFailure):
         preflight.check_shm(spec, report, {})
+
+
+def neutral_dflash_setup(setup: Setup, drafter_fixture: str) -> None:
+    """The Qwen3.6-27B fixtures under names that match no registry entry (as on the H200 run:
+    ``target27h``, ``drafter27-guessed``): the target's config fits both the Qwen3.5- and the
+    Qwen3.6-27B drafter entries, so only ``drafter_ref`` can say which one to compare with."""
+    dflash_setup(setup, drafter_fixture)
+    for key, name in (("model", "target27h"), ("drafter", "drafter27")):
+        moved = Path(setup.spec[key]).rename(setup.root / name)
+        setup.spec[key] = str(moved)
+
+
+def guess_like_the_gpu_run(drafter: Path) -> None:
+    """The guessed mask id of the H200 run (``<|endoftext|>``, 248044): a reserved token, so the
+    tokenizer alone cannot catch it (the fixture's own guess, ordinary text, is caught without
+    any reference)."""
+    config_path = drafter / "config.json"
+    config = json.loads(config_path.read_text())
+    config["dflash_config"]["mask_token_id"] = 248044
+    config_path.write_text(json.dumps(config))
+
+
+def test_guessed_config_on_an_ambiguous_target_needs_the_ref(setup: Setup) -> None:
+    neutral_dflash_setup(setup, "qwen36-27b-dflash-guessed")
+    guess_like_the_gpu_run(Path(setup.spec["drafter"]))
+    # without a reference the check can only warn (what the host's preflight did before the
+    # spec carried drafter.ref): the engine starts with the guessed config
+    run = setup.run()
+    assert run.returncode == 0, run.stderr
+    report = json.loads(setup.report.read_text())
+    assert report["drafter_validation"]["status"] == "warnings"
+    assert any(f["key"] == "ref" for f in report["drafter_validation"]["findings"])
+    setup.ran.unlink()
+    # with the playbook's ref the same files are refused before the engine
+    line = assert_fails_fast(
+        setup.run(drafter_ref="z-lab/Qwen3.6-27B-DFlash"),
+        setup,
+        ExitCode.DRAFTER_CONFIG,
+        "drafter-config",
+    )
+    assert "z-lab/Qwen3.6-27B-DFlash" in line
+
+
+def test_corrected_config_with_the_ref_starts(setup: Setup) -> None:
+    neutral_dflash_setup(setup, "qwen36-27b-dflash-corrected")
+    run = setup.run(drafter_ref="z-lab/Qwen3.6-27B-DFlash")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(setup.report.read_text())
+    assert report["drafter_validation"]["status"] == "clean"
+    assert setup.engine_ran() is not None
