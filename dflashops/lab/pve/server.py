@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from dflashops.lab.pve import lxc, lxcpower, node  # noqa: F401  (importing registers handlers)
+from dflashops.lab.pve import firewall, lxc, lxcpower, node  # noqa: F401  (importing registers handlers)
 from dflashops.lab.pve.apischema import ApiSchema
 from dflashops.lab.pve.auth import Caller
 from dflashops.lab.pve.errors import ApiError
