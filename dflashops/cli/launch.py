@@ -168,6 +168,8 @@ def _show_members(console: Any, report: Any) -> None:
             str(m.files_changed),
         )
     console.print(table)
+    for line in getattr(report, "firewall", None) or []:
+        console.print(f"firewall  {line}", highlight=False)
 
 
 def _show_plan(console: Any, report: Any) -> None:

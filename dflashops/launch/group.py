@@ -54,6 +54,8 @@ class PlacementLaunchReport(LaunchReport):
 
     runtime: str = "native"
     members: list[MemberReport] = Field(default_factory=list)
+    # one line per member: its PVE firewall and the rules launch added (launch/firewall.py)
+    firewall: list[str] = Field(default_factory=list)
 
 
 class MemberStop(BaseModel):

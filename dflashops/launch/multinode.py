@@ -52,6 +52,7 @@ from dflashops.launch import lifecycle
 from dflashops.launch.args import speculative_config
 from dflashops.launch.diagnose import diagnose
 from dflashops.launch.endpoint import base_url, endpoint_host
+from dflashops.launch.firewall import MemberFirewall, open_member_ports
 from dflashops.launch.group import MemberReport, PlacementLaunchReport
 from dflashops.launch.joining import GroupWatch, MemberWatch, dead, joined_ranks, member_ranks
 from dflashops.launch.member_hosts import write_member_hosts
@@ -161,10 +162,17 @@ def launch_placement(
     say("building dflashops' wheel")
     wheel = wheel or local_wheel()
     with ExitStack() as stack:
-        conns = {}
+        conns, checks = {}, {}
         for member in members:
             target = connect(inventory, member.name)
             conns[member.name] = stack.enter_context(target.conn)
+            checks[member.name] = target.managed
+
+        def open_ports(apply: bool) -> list[MemberFirewall]:
+            return open_member_ports(
+                inventory, placement, members, checks, playbook=playbook.name, apply=apply
+            )
+
         run = _PlacementLaunch(
             playbook=playbook,
             members=members,
@@ -177,6 +185,7 @@ def launch_placement(
             warn=warn or quiet,
             timeout_s=timeout_s,
             force=force,
+            open_ports=open_ports,
         )
         return run.run(dry_run)
 
@@ -196,8 +205,10 @@ class _PlacementLaunch:
         warn: Say,
         timeout_s: float,
         force: bool,
+        open_ports: Callable[[bool], list[MemberFirewall]],
     ) -> None:
         self.playbook = playbook
+        self.open_ports = open_ports
         self.members = members
         self.conns = conns
         self.api_key = api_key
@@ -235,6 +246,15 @@ class _PlacementLaunch:
             warnings=self.warnings,
             members=[self._member_report(m, "dry-run") for m in group],
         )
+        # the members must reach each other before they start; rules are written only where a
+        # member's PVE firewall is on, and (dry run) only listed
+        firewall = self.open_ports(not dry_run)
+        report.firewall = [f"{f.name}: {f.line}" for f in firewall]
+        for f in firewall:
+            if f.problem:
+                self._warn(f"{f.name}: {f.line}")
+            elif f.changed:
+                self.say(f"{f.name}: {f.line}")
         if dry_run:
             return report
         for m in group:
