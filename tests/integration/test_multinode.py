@@ -28,13 +28,15 @@ import pytest
 
 from dflashops.bench.entry import run_bench
 from dflashops.bench.request import BenchRequest, SettingsRequest
+from dflashops.deployment.managed import confirm_managed
 from dflashops.launch.control import stop_server
 from dflashops.launch.core import launch
-from dflashops.launch.group import placement_status, read_placement
+from dflashops.launch.group import PlacementLaunchReport, placement_status, read_placement
 from dflashops.launch.member_hosts import BEGIN, END
 from dflashops.launch.report import LaunchFailed
 from dflashops.launch.status import server_status
 from dflashops.playbook.load import load_playbook
+from dflashops.proxmox.client import PveClient
 from tests.support.lab import require_lab
 from tests.support.multinode_lab import LAB_MEMBERS, MultiLab, multinode_lab
 from tests.support.vllm_servers import runtime_or_skip
@@ -112,6 +114,12 @@ def kill_when_started(lab: MultiLab, name: str, within_s: float = 120) -> thread
 def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None:
     book = load_playbook(PLAYBOOK)
     assert book.placement is not None and book.placement.members == [HEAD, WORKER]
+    # the worker's PVE firewall is on (on node lab2), the head's off: launch allows the members
+    # on the worker only (the rules themselves: tests/unit/test_pve_firewall.py)
+    worker_ct = confirm_managed(lab.inventory, WORKER)
+    assert worker_ct.node is not None and worker_ct.vmid is not None
+    pve = PveClient.for_cluster(lab.inventory, lab.inventory.container(WORKER).cluster)
+    pve.put(pve.ct_path(worker_ct.node, worker_ct.vmid, "firewall", "options"), enable=1)
 
     # the worker dies while the group starts: the launch fails naming it, nothing is left running
     killer = kill_when_started(lab, WORKER)
@@ -140,6 +148,12 @@ def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None
     assert members[HEAD]["role"] == "head" and members[WORKER]["role"] == "worker"
     assert all(m["joined_in_s"] is not None for m in members.values())
     assert report.phases["joined"] <= report.phases["ready"]
+    assert isinstance(report, PlacementLaunchReport)
+    assert report.firewall[0].startswith(f"{HEAD}: PVE firewall off: nothing to allow")
+    # the failed launch above wrote the worker's rule already: this one finds it in place
+    assert report.firewall[1].startswith(f"{WORKER}: PVE firewall on: members allowed")
+    fw_rules = pve.get(pve.ct_path(worker_ct.node, worker_ct.vmid, "firewall", "rules"))
+    assert [(r["source"], r["dport"]) for r in fw_rules] == [(lab.addresses[HEAD], "1024:65535")]
     assert any(f"{WORKER}: ranks [1] of 2 joined" in line for line in seen)
     assert not any("/etc/hosts" in line for line in seen)  # written once, by the first launch
     answer = chat(endpoint)
