@@ -8,9 +8,9 @@ resolves to (torch's Gloo device binds there when ``GLOO_SOCKET_IFNAME`` is unse
 "Unable to resolve hostname to a (local) address … Using the loopback address" otherwise), and
 ``ip -o addr`` (which interface carries the address the others reach it at).
 
-Network throughput between members is not measured: it needs a listener on a member that the
-others can reach (a port the PVE firewall may not allow) and a bulk transfer over the link the
-ranks use while they serve; doctor never loads a serving group. The reason is reported.
+Then the link from the examined member to each other member is measured with one 64 MiB TCP
+transfer (:mod:`dflashops.doctor.link`), to an ephemeral port of the address the ranks use: the
+range ``launch`` allows between members where the PVE firewall is on.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.doctor.link import LinkSample, measure_link
 from dflashops.errors import DflashopsError
 from dflashops.launch.lifecycle import _HELPERS
 
@@ -31,11 +32,6 @@ if TYPE_CHECKING:
 
 IFNAME_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP")
 MEMBER_DEADLINE_S = 30.0
-THROUGHPUT_NOT_MEASURED = (
-    "not measured: it needs a listener on one member that the others can reach (a port the "
-    "PVE firewall may not allow) and a bulk transfer over the link the ranks use while they "
-    "serve; doctor does not load a serving group's link"
-)
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,8 @@ class MemberNet:
 class PlacementFacts:
     playbook: str
     members: tuple[MemberNet, ...]
-    throughput: str = THROUGHPUT_NOT_MEASURED
+    # the examined member to each other reachable one (empty: nothing could be measured)
+    links: tuple[LinkSample, ...] = ()
 
 
 def member_script(layout: Layout) -> str:
@@ -140,7 +137,7 @@ def gather_placement(
 ) -> PlacementFacts:
     """Every member's facts; ``conn`` reaches ``name`` (read over it, not again)."""
     script = member_script(layout)
-    members = []
+    members, links = [], []
     for entry in record["members"]:
         member = str(entry["name"])
         try:
@@ -151,6 +148,11 @@ def gather_placement(
                     inventory, member, deadline=MEMBER_DEADLINE_S, connect_attempts=1
                 ).conn as other:
                     output = other.run(script, deadline=MEMBER_DEADLINE_S, display="member facts")
+                    links.append(
+                        measure_link(
+                            conn, other, source=name, target=member, address=str(entry["address"])
+                        )
+                    )
             members.append(parse_member(output.stdout, entry))
         except DflashopsError as exc:
             members.append(
@@ -162,4 +164,6 @@ def gather_placement(
                     error=exc.one_line(),
                 )
             )
-    return PlacementFacts(playbook=str(record.get("playbook", "?")), members=tuple(members))
+    return PlacementFacts(
+        playbook=str(record.get("playbook", "?")), members=tuple(members), links=tuple(links)
+    )

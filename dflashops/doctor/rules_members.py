@@ -20,6 +20,8 @@ from dflashops.doctor.members import MemberNet
 from dflashops.doctor.rules import RuleResult, ok, skip
 
 NOT_A_MEMBER = "not a member of a placement"
+# below this a tensor-parallel group across nodes spends its steps on all-reduces
+SLOW_LINK_GBIT_S = 10.0
 
 
 def members_alive(facts: DoctorFacts) -> RuleResult:
@@ -190,6 +192,40 @@ def _interfaces(m: MemberNet) -> str:
 
 
 def member_throughput(facts: DoctorFacts) -> RuleResult:
+    """The measured link to each member: a failed transfer is a warning (the ranks need that
+    path too); on GPUs a link under :data:`SLOW_LINK_GBIT_S` is one, since a tensor-parallel
+    group all-reduces across it at every layer of every step."""
     if facts.placement is None:
         return skip(NOT_A_MEMBER)
-    return skip(facts.placement.throughput)
+    links = facts.placement.links
+    if not links:
+        return skip("no other member could be reached to measure the link to it")
+    findings = []
+    for link in links:
+        speed = link.gbit_s
+        if link.error:
+            findings.append(
+                Finding(
+                    rule="member-throughput",
+                    severity="warning",
+                    title=f"link {link.source} -> {link.target} could not be measured",
+                    evidence=(link.line(),),
+                    fix="allow TCP 1024-65535 between the members (launch adds the rules where "
+                    "the PVE firewall is on) and check that python3 exists on both",
+                )
+            )
+        elif facts.device == "cuda" and speed is not None and speed < SLOW_LINK_GBIT_S:
+            findings.append(
+                Finding(
+                    rule="member-throughput",
+                    severity="warning",
+                    title=f"link {link.source} -> {link.target} is slow for tensor-parallel: "
+                    f"{speed:.1f} Gbit/s",
+                    evidence=(link.line(),),
+                    fix="put the members on a faster link (25 Gbit/s or more), or split the "
+                    "model pipeline-parallel across nodes (fewer, larger transfers)",
+                )
+            )
+    if findings:
+        return RuleResult(findings)
+    return ok("; ".join(link.line() for link in links))

@@ -29,6 +29,7 @@ import pytest
 from dflashops.bench.entry import run_bench
 from dflashops.bench.request import BenchRequest, SettingsRequest
 from dflashops.deployment.managed import confirm_managed
+from dflashops.doctor.members import gather_placement
 from dflashops.launch.control import stop_server
 from dflashops.launch.core import launch
 from dflashops.launch.group import PlacementLaunchReport, placement_status, read_placement
@@ -166,6 +167,12 @@ def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None
     assert record is not None and record["role"] == "worker"
     rows = {r.name: r for r in placement_status(lab.inventory, record)}
     assert rows[HEAD].running and rows[HEAD].listening and rows[WORKER].running
+    # doctor's link check: 64 MiB from the head to the worker, across the two nodes' bridge
+    with lab.conn(HEAD) as conn:
+        placement_facts = gather_placement(lab.inventory, HEAD, conn, record)
+    (link,) = placement_facts.links
+    assert link.error is None and link.nbytes == 64 << 20, link.line()
+    assert link.gbit_s is not None and link.gbit_s > 0.1
     # launching it again changes nothing on any member
     same = launch(lab.inventory, HEAD, book, timeout_s=400)
     assert same.action == "unchanged" and same.pid == report.pid

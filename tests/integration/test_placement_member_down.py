@@ -207,3 +207,4 @@ def test_status_and_doctor_name_the_unreachable_worker(
     assert mine.env.get("VLLM_HOST_IP") == "127.0.0.1"
     assert mine.interface_of("127.0.0.1") == "lo"
     assert not worker.reachable and worker.error and not worker.running
+    assert facts.links == ()  # a link is measured to a member doctor reached only

@@ -12,8 +12,8 @@ from dflashops.deployment.layout import Layout
 from dflashops.doctor.core import report_from
 from dflashops.doctor.diagnose import diagnose
 from dflashops.doctor.facts import DoctorFacts
+from dflashops.doctor.link import LinkSample
 from dflashops.doctor.members import (
-    THROUGHPUT_NOT_MEASURED,
     MemberNet,
     PlacementFacts,
     member_script,
@@ -107,7 +107,8 @@ def test_a_healthy_pair_passes_every_member_check() -> None:
     network = got["checks"]["member-network"]
     assert network.outcome == "ok" and "lab-ct1 eth0, lab-ct2 eth0" in network.note
     throughput = got["checks"]["member-throughput"]
-    assert throughput.outcome == "skipped" and throughput.note == THROUGHPUT_NOT_MEASURED
+    assert throughput.outcome == "skipped"
+    assert throughput.note == "no other member could be reached to measure the link to it"
 
 
 def test_a_dead_worker_is_a_critical_finding_naming_it() -> None:
@@ -230,3 +231,37 @@ def test_the_report_measures_every_member() -> None:
         },
     ]
     assert report.exit_code == 1  # the unreachable member is a critical finding
+
+
+def with_links(*links: LinkSample, device: str = "cpu") -> DoctorFacts:
+    result = facts(healthy(HEAD), healthy(WORKER), device=device)
+    assert result.placement is not None
+    return DoctorFacts(
+        container=result.container,
+        device=device,
+        placement=PlacementFacts(
+            playbook=result.placement.playbook, members=result.placement.members, links=links
+        ),
+    )
+
+
+def test_a_measured_link_is_reported() -> None:
+    fast = LinkSample("lab-ct1", "lab-ct2", nbytes=64 << 20, seconds=0.05)
+    got = checks(with_links(fast, device="cuda"))
+    assert got["findings"] == []
+    note = got["checks"]["member-throughput"].note
+    assert note == "lab-ct1 -> lab-ct2: 10.7 Gbit/s (64 MiB in 0.050 s)"
+
+
+def test_a_slow_link_warns_on_gpus_only() -> None:
+    slow = LinkSample("lab-ct1", "lab-ct2", nbytes=64 << 20, seconds=0.6)  # 0.9 Gbit/s
+    (finding,) = checks(with_links(slow, device="cuda"))["findings"]
+    assert finding.severity == "warning" and "0.9 Gbit/s" in finding.title
+    assert checks(with_links(slow, device="cpu"))["findings"] == []
+
+
+def test_a_failed_transfer_names_the_link() -> None:
+    failed = LinkSample("lab-ct1", "lab-ct2", error="no listener on lab-ct2 10.77.0.12")
+    (finding,) = checks(with_links(failed))["findings"]
+    assert finding.title == "link lab-ct1 -> lab-ct2 could not be measured"
+    assert "TCP 1024-65535" in finding.fix
