@@ -6,8 +6,9 @@ Run as root, on demand (it holds the machine-wide vLLM slot; ~6 min for two roun
 
     .venv/bin/python benchmarks/multinode_lab.py [--rounds 2] [--requests 8] [--max-tokens 64]
 
-An isolated lab of its own (bridge ``dfolabb0``, 10.200.25.0/24) with containers ``bct1`` and
-``bct2``: each round launches the plain target in ``bct1`` alone, benches it, then launches it
+An isolated lab of its own (bridge ``dfolabb0``, 10.200.25.0/24) with containers ``bct1`` on PVE
+node ``lab`` and ``bct2`` on ``lab2`` (the lab's two-node cluster): each round launches the plain
+target in ``bct1`` alone, benches it, then launches it
 across ``bct1`` + ``bct2`` and benches that, through ``launch`` and ``bench --url`` as an operator
 runs them. Both "nodes" are network namespaces on this 2-core machine, so the two-member case
 measures the runtime's overhead (gloo over a veth pair, a second engine process), not a faster
@@ -37,6 +38,7 @@ from tests.support.vllm_slot import VllmSlot  # noqa: E402
 
 HEAD, WORKER = "bct1", "bct2"
 CONTAINERS = {HEAD: (991, "10.200.25.30"), WORKER: (992, "10.200.25.31")}
+NODES = {HEAD: "lab", WORKER: "lab2"}
 
 
 def measure(lab: MultiLab, case: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -89,13 +91,17 @@ def main() -> None:
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="dfo-multinode-"))
     cidr = "10.200.25.0/24"
-    with VllmSlot(), multinode_lab(tmp, tag="b", cidr=cidr, containers=CONTAINERS) as lab:
+    with (
+        VllmSlot(),
+        multinode_lab(tmp, tag="b", cidr=cidr, containers=CONTAINERS, nodes=NODES) as lab,
+    ):
         for round_ in range(args.rounds):
             for case in ("one member", "two members"):
                 row = {"round": round_ + 1, **measure(lab, case, args)}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    out.write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=2) + "\n")
+    doc = {"rows": rows, "args": vars(args), "nodes": NODES}
+    out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {out}")
 
 

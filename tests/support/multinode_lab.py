@@ -59,13 +59,15 @@ def multinode_lab(
     tag: str,
     cidr: str,
     containers: Mapping[str, tuple[int, str]] | None = None,
+    nodes: Mapping[str, str] | None = None,
 ) -> Iterator[MultiLab]:
     """``lab up`` in ``workdir``, ``containers`` (name -> (vmid, address)) created and started
     through the PVE double; ``lab down`` on exit (stops every container and its processes).
 
     Without ``containers``: the lab inventory's own ``lab-ct1`` and ``lab-ct2`` (its vmids,
     addresses and nodes: ``lab`` and ``lab2``), so the shipped ``playbooks/lab-multinode.yaml``
-    runs unchanged. Nothing else is prepared in them: ``launch`` writes the members' names
+    runs unchanged. ``nodes`` (name -> PVE node) places given ``containers``; default ``lab``.
+    Nothing else is prepared in them: ``launch`` writes the members' names
     into ``/etc/hosts``, and every lab container has its own ``/dev/shm``
     (:mod:`dflashops.lab.pve.containers`).
     """
@@ -86,10 +88,14 @@ def multinode_lab(
             nodes = {name: lab_inventory.container(name).node for name in wanted}
         else:
             wanted = dict(containers)
-            nodes = dict.fromkeys(wanted, "lab")
+            nodes = {name: (nodes or {}).get(name, "lab") for name in wanted}
             doc = yaml.safe_load(path.read_text())
             doc["containers"] = {
-                name: {"vmid": vmid, "network": {"bridge": "vmbr0", "ip": f"{ip}/24"}}
+                name: {
+                    "vmid": vmid,
+                    "node": nodes[name],
+                    "network": {"bridge": "vmbr0", "ip": f"{ip}/24"},
+                }
                 for name, (vmid, ip) in wanted.items()
             }
             path = workdir / "inventory.yaml"
