@@ -1,7 +1,6 @@
-"""Small hand-written inventories for tests of hostile input: one cluster, one container.
-
-The layout is fixed so error messages can name lines: ``timeout_s`` is line 5, ``auth`` line 6
-(after any ``cluster`` extra lines).
+"""Small hand-written inventories for tests: of hostile input (one cluster, one container; the
+layout is fixed so error messages can name lines: ``timeout_s`` is line 5, ``auth`` line 6, after
+any ``cluster`` extra lines), and the cluster block for a PVE double in the test's process.
 """
 
 from __future__ import annotations
@@ -9,6 +8,10 @@ from __future__ import annotations
 import socket
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dflashops.lab.pve import PveDouble
 
 
 def closed_port() -> int:
@@ -77,3 +80,17 @@ containers:
   dhcp: {vmid: 207, network: {ip: dhcp}}
   same-ip: {vmid: 208, node: n2, network: {ip: 10.200.1.25/24}}
 """
+
+
+def double_cluster(double: PveDouble, folder: Path) -> dict[str, Any]:
+    """The inventory's ``clusters`` entry for ``double`` (node ``lab``, root@pam), its password
+    written to ``folder/pw`` (mode 600) as an operator keeps one."""
+    password = folder / "pw"
+    password.write_text(double.credentials.password)
+    password.chmod(0o600)
+    return {
+        "api_url": double.url,
+        "ca_file": str(double.ca_path),
+        "auth": {"user": "root@pam", "password": {"file": str(password)}},
+        "nodes": {"lab": {}},
+    }

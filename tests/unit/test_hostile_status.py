@@ -16,6 +16,7 @@ from dflashops.cli import cli
 from dflashops.inventory.load import load_inventory
 from dflashops.lab.pve import PveDouble, serve_double
 from dflashops.proxmox.client import PveClient
+from tests.support.inventories import double_cluster
 
 pytestmark = pytest.mark.timeout(120)
 TEMPLATE = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
@@ -29,18 +30,8 @@ def double(tmp_path: Path) -> Iterator[PveDouble]:
 
 @pytest.fixture
 def inventory_path(double: PveDouble, tmp_path: Path) -> Path:
-    password = tmp_path / "pw"
-    password.write_text(double.credentials.password)
-    password.chmod(0o600)
     doc = {
-        "clusters": {
-            "lab": {
-                "api_url": double.url,
-                "ca_file": str(double.ca_path),
-                "auth": {"user": "root@pam", "password": {"file": str(password)}},
-                "nodes": {"lab": {}},
-            }
-        },
+        "clusters": {"lab": double_cluster(double, tmp_path)},
         "defaults": {"template": TEMPLATE},
         "containers": {"ours": {"vmid": 970}, "stranger": {"vmid": "auto"}},
     }

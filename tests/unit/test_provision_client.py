@@ -27,6 +27,7 @@ from dflashops.proxmox.containerplan import ContainerPlan, PlanInputs
 from dflashops.proxmox.identity import list_resources
 from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult, container_status, destroy
 from dflashops.proxmox.plan import plan_container
+from tests.support.inventories import double_cluster
 
 pytestmark = pytest.mark.timeout(120)
 TEMPLATE = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
@@ -42,17 +43,9 @@ def double(tmp_path: Path) -> Iterator[PveDouble]:
 
 @pytest.fixture
 def inventory(double: PveDouble, tmp_path: Path) -> Inventory:
-    (tmp_path / "pw").write_text(double.credentials.password)
     (tmp_path / "id_ed25519.pub").write_text(KEY + "\n")
     doc = {
-        "clusters": {
-            "lab": {
-                "api_url": double.url,
-                "ca_file": str(double.ca_path),
-                "auth": {"user": "root@pam", "password": {"file": str(tmp_path / "pw")}},
-                "nodes": {"lab": {}},
-            }
-        },
+        "clusters": {"lab": double_cluster(double, tmp_path)},
         "defaults": {
             "template": TEMPLATE,
             "cores": 2,

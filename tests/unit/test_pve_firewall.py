@@ -19,6 +19,7 @@ from dflashops.launch.placement import Member
 from dflashops.playbook.placement import Placement
 from dflashops.proxmox.apply import ProvisionOptions, provision
 from dflashops.proxmox.client import PveClient
+from tests.support.inventories import double_cluster
 
 pytestmark = pytest.mark.timeout(120)
 TEMPLATE = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
@@ -41,17 +42,9 @@ def double(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PveDouble]:
 @pytest.fixture(scope="module")
 def inventory(double: PveDouble, tmp_path_factory: pytest.TempPathFactory) -> Inventory:
     tmp = tmp_path_factory.mktemp("inv")
-    (tmp / "pw").write_text(double.credentials.password)
     (tmp / "id_ed25519.pub").write_text(KEY + "\n")
     doc = {
-        "clusters": {
-            "lab": {
-                "api_url": double.url,
-                "ca_file": str(double.ca_path),
-                "auth": {"user": "root@pam", "password": {"file": str(tmp / "pw")}},
-                "nodes": {"lab": {}},
-            }
-        },
+        "clusters": {"lab": double_cluster(double, tmp)},
         "defaults": {
             "template": TEMPLATE,
             "ssh": {"key_file": str(tmp / "id_ed25519")},
