@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("yamldoc", "overrides", "secrets"),
     ("inventory", "playbook", "metrics"),
     ("remote", "drafter", "proxmox.client"),
-    ("server", "roofline", "proxmox.identity"),
+    ("server", "roofline", "proxmox.identity", "proxmox.firewall"),
     ("deployment", "drafter.fetch"),
     ("engine",),
     ("launch", "bench", "proxmox", "drafter.push"),
