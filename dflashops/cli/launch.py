@@ -168,6 +168,8 @@ def _show_members(console: Any, report: Any) -> None:
             str(m.files_changed),
         )
     console.print(table)
+    if getattr(report, "model_copies", ""):
+        console.print(f"model     {report.model_copies}", highlight=False)
     for line in getattr(report, "firewall", None) or []:
         console.print(f"firewall  {line}", highlight=False)
 

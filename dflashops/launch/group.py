@@ -56,6 +56,8 @@ class PlacementLaunchReport(LaunchReport):
     members: list[MemberReport] = Field(default_factory=list)
     # one line per member: its PVE firewall and the rules launch added (launch/firewall.py)
     firewall: list[str] = Field(default_factory=list)
+    # the target's (and drafter's) folder compared across members by checksum
+    model_copies: str = ""
 
 
 class MemberStop(BaseModel):

@@ -57,6 +57,7 @@ from dflashops.launch.group import MemberReport, PlacementLaunchReport
 from dflashops.launch.joining import GroupWatch, MemberWatch, dead, joined_ranks, member_ranks
 from dflashops.launch.member_hosts import write_member_hosts
 from dflashops.launch.members import MemberRender, render_member
+from dflashops.launch.model_copies import SUMS_DEADLINE_S, compare_copies, parse_sums, sums_script
 from dflashops.launch.placement import Member, resolve_members
 from dflashops.launch.plan import decide, file_changes, remote_shas
 from dflashops.launch.readiness import HttpProber, wait_ready
@@ -246,6 +247,7 @@ class _PlacementLaunch:
             warnings=self.warnings,
             members=[self._member_report(m, "dry-run") for m in group],
         )
+        report.model_copies = self._check_model_copies()
         # the members must reach each other before they start; rules are written only where a
         # member's PVE firewall is on, and (dry run) only listed
         firewall = self.open_ports(not dry_run)
@@ -319,6 +321,39 @@ class _PlacementLaunch:
             validation=validation.status + (" (forced)" if validation.failed else ""),
             changes=list(changes),
         )
+
+    def _check_model_copies(self) -> str:
+        """Refuse (unless ``--force``) when a member's target or drafter folder is not the
+        head's: each rank loads its slice from its own container (model_copies explains)."""
+        book = self.playbook
+        paths = [str(book.model.path)]
+        if book.drafter.model is not None:
+            paths.append(str(book.drafter.model.path))
+        head = self.members[0].name
+        mismatches = []
+        for path in paths:
+            sums = {}
+            for member in self.members:
+                self.say(f"{member.name}: checksums of {path} (read once, then cached)")
+                out = self.conns[member.name].run(
+                    sums_script(path, self.layout),
+                    deadline=SUMS_DEADLINE_S,
+                    display=f"checksums of {path}",
+                )
+                sums[member.name] = parse_sums(out.stdout)
+            mismatches += compare_copies(path, head, sums)
+        if mismatches:
+            lines = [m.line(head) for m in mismatches]
+            if not self.force:
+                raise LaunchRefused(
+                    lines[0] + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
+                    hint="give every member the same files (one shared mount, or copy the "
+                    "head's folder: rsync -a --checksum), or --force to launch anyway",
+                )
+            for line in lines:
+                self._warn(f"{line} (--force)")
+            return f"{len(lines)} folder(s) differ between members (--force)"
+        return f"same files on all {len(self.members)} members: {', '.join(paths)}"
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)

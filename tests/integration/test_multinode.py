@@ -150,6 +150,7 @@ def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None
     assert all(m["joined_in_s"] is not None for m in members.values())
     assert report.phases["joined"] <= report.phases["ready"]
     assert isinstance(report, PlacementLaunchReport)
+    assert report.model_copies.startswith("same files on all 2 members: ")
     assert report.firewall[0].startswith(f"{HEAD}: PVE firewall off: nothing to allow")
     # the failed launch above wrote the worker's rule already: this one finds it in place
     assert report.firewall[1].startswith(f"{WORKER}: PVE firewall on: members allowed")
