@@ -21,8 +21,9 @@ Steps (each skipped when ``/root/gpu/state`` says it is done, so a second call c
 
 ``--agree-rounds N`` (the second session's set, ``gpu_specs.py --set h200b``): for the runs in
 ``AGREE_RUNS`` the bench-against-client comparison at concurrency 4 and 16 is repeated N times
-with longer levels (``AGREE_REQUESTS``), the order of the two clients alternating each round,
-so a level lasts several seconds and neither client always meets a warmer server. A run whose
+with longer levels (``AGREE_REQUESTS``; ``AGREE_REQUESTS_OF`` for the tiny server), the order of
+the two clients alternating each round, so a level lasts several seconds and neither client
+always meets a warmer server. A run whose
 name ends in ``-pf`` is the preflight alone (``--preflight-only``): its exit code and report are
 the result (the guessed drafter config: does the product refuse it on the GPU host?).
 
@@ -63,6 +64,8 @@ BENCH_REQUESTS = 24
 # --agree-rounds: longer levels, repeated with the clients' order alternating
 AGREE_RUNS = {"q8b-k4", "tiny-k4"}
 AGREE_REQUESTS = {4: 48, 16: 96}
+# the tiny server is 3-4x faster: twice the requests keep its levels at 5-10 s, not 2-4 s
+AGREE_REQUESTS_OF = {"tiny-k4": {4: 96, 16: 192}}
 SWEEP_REQUESTS = 6
 MAX_TOKENS = 256
 
@@ -264,13 +267,21 @@ def agreement_rounds(
     *,
     rounds: int,
     run_dir: Path,
+    bracket: bool = False,
 ) -> list[dict[str, Any]]:
-    """``rounds`` × (bench, client) per level in AGREE_REQUESTS, the order alternating."""
+    """``rounds`` × (bench, client) per level in AGREE_REQUESTS, the order alternating.
+
+    ``bracket``: client, bench, client instead, so a server whose speed drifts between levels
+    (the CPU-bound tiny one) is compared with the client's levels on both sides of bench's, and
+    the two client levels show how far the server itself moved.
+    """
     out = []
     for r in range(rounds):
-        for c, n in AGREE_REQUESTS.items():
+        for c, n in AGREE_REQUESTS_OF.get(meta["run"], AGREE_REQUESTS).items():
             row: dict[str, Any] = {"round": r, "concurrency": c, "requests": n}
-            order = ("bench", "client") if r % 2 == 0 else ("client", "bench")
+            order: tuple[str, ...] = ("bench", "client") if r % 2 == 0 else ("client", "bench")
+            if bracket:
+                order = ("client", "bench", "client_after")
             for who in order:
                 if who == "bench":
                     out_json = run_dir / f"agree-{r}-c{c}.json"
@@ -279,12 +290,13 @@ def agreement_rounds(
                     level = {k: v for k, v in levels[0].items() if k != "requests"}
                     row["bench"] = {"rc": got["rc"], "level": level, "cmd": got["cmd"]}
                 else:
-                    row["client"] = gpu_client.level(
+                    row[who] = gpu_client.level(
                         meta["port"], meta["served_name"], prompts,
                         concurrency=c, requests=n, max_tokens=MAX_TOKENS,
                     )  # fmt: skip
             row["order"] = list(order)
-            log(meta["run"], "agree", r, c, bench_tok_s(row), row["client"].get("output_tok_s"))
+            clients = [row[w].get("output_tok_s") for w in ("client", "client_after") if w in row]
+            log(meta["run"], "agree", r, c, bench_tok_s(row), clients)
             out.append(row)
     return out
 
@@ -317,7 +329,13 @@ def preflight_only(name: str, specs: Path) -> dict[str, Any]:
 
 
 def measure_run(
-    name: str, meta: dict[str, Any], deadline: float, specs: Path = SPECS, agree_rounds: int = 0
+    name: str,
+    meta: dict[str, Any],
+    deadline: float,
+    specs: Path = SPECS,
+    *,
+    agree_rounds: int = 0,
+    bracket: bool = False,
 ) -> dict[str, Any]:
     run_dir = STATE / name
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -365,8 +383,9 @@ def measure_run(
             res["weights"] = weights
             if agree_rounds and name in AGREE_RUNS:
                 res["agree"] = agreement_rounds(
-                    meta, workload, weights, prompts, rounds=agree_rounds, run_dir=run_dir
-                )
+                    meta, workload, weights, prompts, rounds=agree_rounds, run_dir=run_dir,
+                    bracket=bracket,
+                )  # fmt: skip
                 res["done"] = True
                 return res
             res["bench"] = bench(meta, workload, weights, run_dir / "bench.json")
@@ -409,6 +428,11 @@ def main() -> int:
     ap.add_argument(
         "--agree-rounds", type=int, default=0, help="bench vs client rounds (AGREE_RUNS only)"
     )
+    ap.add_argument(
+        "--bracket",
+        action="store_true",
+        help="agreement rounds as client, bench, client (a server that drifts between levels)",
+    )
     args = ap.parse_args()
     deadline = T0 + args.deadline_s
     pgids = STATE / "pgids"
@@ -442,7 +466,16 @@ def main() -> int:
         if deadline - time.monotonic() < need:
             log("not enough time left for", name)
             continue
-        results[name] = measure_run(name, metas[name], deadline, args.specs, args.agree_rounds)
+        if args.agree_rounds and name in AGREE_RUNS and args.bracket:
+            need += 15 * args.agree_rounds
+        results[name] = measure_run(
+            name,
+            metas[name],
+            deadline,
+            args.specs,
+            agree_rounds=args.agree_rounds,
+            bracket=args.bracket,
+        )
         save(results, args.out)
     save(results, args.out)
     log("done", [n for n in order if results.get(n, {}).get("done")])
