@@ -23,7 +23,8 @@ Steps (each skipped when ``/root/gpu/state`` says it is done, so a second call c
 ``AGREE_RUNS`` the bench-against-client comparison at concurrency 4 and 16 is repeated N times
 with longer levels (``AGREE_REQUESTS``; ``AGREE_REQUESTS_OF`` for the tiny server), the order of
 the two clients alternating each round, so a level lasts several seconds and neither client
-always meets a warmer server. A run whose
+always meets a warmer server; ``--bracket`` makes each round client, bench, client (the third
+session's tiny-server run), so a server that drifts between levels shows its own drift. A run whose
 name ends in ``-pf`` is the preflight alone (``--preflight-only``): its exit code and report are
 the result (the guessed drafter config: does the product refuse it on the GPU host?).
 
