@@ -26,20 +26,24 @@ def sums_folder(layout: Layout) -> str:
     return posixpath.join(layout.state, "model-sums")
 
 
-def sums_script(path: str, layout: Layout) -> str:
+def sums_script(path: str, layout: Layout, *, keep: bool = True) -> str:
     """Print ``sha256  ./relative/name`` for every file under ``path`` (links followed), from the
-    member's cache when the folder's listing has not changed."""
+    member's cache when the folder's listing has not changed. ``keep=False`` (a dry run) reads
+    the cache but writes nothing on the member."""
     q, folder = shlex.quote, shlex.quote(sums_folder(layout))
     listing = "find -L . -type f -printf '%P %s %T@\\n' | LC_ALL=C sort"
     digest = "find -L . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum"
+    compute = (
+        f'mkdir -p {folder} && {digest} > "$f.tmp" && mv "$f.tmp" "$f" && cat "$f"'
+        if keep
+        else digest
+    )
     return "\n".join(
         [
             f"cd {q(path)} || exit 3",
             f"key=$( (echo {q(path)}; {listing}) | sha256sum | cut -c1-64)",
             f'f={folder}/"$key"',
-            f'if [ ! -s "$f" ]; then mkdir -p {folder} && {digest} > "$f.tmp" '
-            '&& mv "$f.tmp" "$f"; fi',
-            'cat "$f"',
+            f'if [ -s "$f" ]; then cat "$f"; else {compute}; fi',
         ]
     )
 

@@ -247,7 +247,7 @@ class _PlacementLaunch:
             warnings=self.warnings,
             members=[self._member_report(m, "dry-run") for m in group],
         )
-        report.model_copies = self._check_model_copies()
+        report.model_copies = self._check_model_copies(keep=not dry_run)
         # the members must reach each other before they start; rules are written only where a
         # member's PVE firewall is on, and (dry run) only listed
         firewall = self.open_ports(not dry_run)
@@ -322,9 +322,10 @@ class _PlacementLaunch:
             changes=list(changes),
         )
 
-    def _check_model_copies(self) -> str:
+    def _check_model_copies(self, *, keep: bool) -> str:
         """Refuse (unless ``--force``) when a member's target or drafter folder is not the
-        head's: each rank loads its slice from its own container (model_copies explains)."""
+        head's: each rank loads its slice from its own container (model_copies explains).
+        ``keep``: cache the sums on the members (not on a dry run, which writes nothing)."""
         book = self.playbook
         paths = [str(book.model.path)]
         if book.drafter.model is not None:
@@ -336,7 +337,7 @@ class _PlacementLaunch:
             for member in self.members:
                 self.say(f"{member.name}: checksums of {path} (read once, then cached)")
                 out = self.conns[member.name].run(
-                    sums_script(path, self.layout),
+                    sums_script(path, self.layout, keep=keep),
                     deadline=SUMS_DEADLINE_S,
                     display=f"checksums of {path}",
                 )

@@ -20,10 +20,9 @@ def model(folder: Path, weights: bytes = b"w" * 1000) -> Path:
     return folder
 
 
-def sums_of(path: Path, layout: Layout) -> dict[str, str]:
-    done = subprocess.run(
-        ["bash", "-c", sums_script(str(path), layout)], capture_output=True, text=True, check=True
-    )
+def sums_of(path: Path, layout: Layout, *, keep: bool = True) -> dict[str, str]:
+    script = sums_script(str(path), layout, keep=keep)
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
     return parse_sums(done.stdout)
 
 
@@ -71,3 +70,14 @@ def test_a_hostile_path_stays_one_argument(tmp_path: Path) -> None:
     folder = model(tmp_path / "a b; touch pwned")
     assert "config.json" in sums_of(folder, layout)
     assert not (Path.cwd() / "pwned").exists() and not (tmp_path / "pwned").exists()
+
+
+def test_a_dry_run_reads_the_cache_but_writes_nothing(tmp_path: Path) -> None:
+    layout = Layout(state=str(tmp_path / "state"))
+    folder = model(tmp_path / "a")
+    dry = sums_of(folder, layout, keep=False)
+    assert not Path(sums_folder(layout)).exists()
+    assert sums_of(folder, layout) == dry  # the real launch computes and keeps the same sums
+    (cached,) = Path(sums_folder(layout)).iterdir()
+    cached.write_text(cached.read_text().replace(dry["config.json"], "0" * 64))
+    assert sums_of(folder, layout, keep=False)["config.json"] == "0" * 64
