@@ -7,8 +7,6 @@ from typing import Any
 
 import click
 
-from dflashops.cli.context import AppContext
-
 
 class FiniteFloatRange(click.FloatRange):
     """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (NaN passes every comparison
@@ -47,6 +45,8 @@ playbook_option = click.option(
 
 
 def _skip_pve_check(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    from dflashops.cli.context import AppContext  # deferred: start-up time (--help)
+
     if value:
         ctx.ensure_object(AppContext).skip_pve_check = True
 
