@@ -182,10 +182,6 @@ class TuneInputError(DflashopsError):
         self.field = field
 
 
-class LabError(DflashopsError):
-    """The local lab could not be started, queried or torn down."""
-
-
 # C0 controls but whitespace, DEL and C1: a terminal acts on them (colours, cursor moves, a
 # title), so a hostile value echoed in a message could rewrite what the operator sees
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")

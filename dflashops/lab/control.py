@@ -23,9 +23,10 @@ from typing import Any
 import yaml
 
 from dflashops.cache import cache_root
-from dflashops.errors import LabError, tail_lines
+from dflashops.errors import tail_lines
 from dflashops.lab import hosts
 from dflashops.lab.daemon import LAB_NODE, LAB_NODE2, LAB_NODES, LabNetwork, unstage_mounts
+from dflashops.lab.errors import LabError
 from dflashops.lab.paths import LabPaths, lab_paths
 from dflashops.lab.run_folder import daemon_using, remove_run_folder
 

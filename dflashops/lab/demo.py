@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 
 Progress = Callable[[str], None]
 DEMO_CONTAINER = "lab-ct1"

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from dflashops.errors import LabError
 from dflashops.inventory.models import SshAccess
+from dflashops.lab.errors import LabError
 
 MountKind = Literal["tmpfs", "overlay", "bind"]
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 from dflashops.lab.host_model import Mount, SshHost
 from dflashops.lab.hosts import netns_unavailable_reason, restart_host, start_netns_host, stop_host
 from dflashops.lab.netns import check_iface, ensure_bridge, remove_bridge

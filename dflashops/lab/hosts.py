@@ -39,7 +39,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 from dflashops.lab.host_model import Mount, SshHost
 from dflashops.lab.local_commands import CMD_TIMEOUT_S, run_command
 from dflashops.lab.netns import (

@@ -19,9 +19,10 @@ import shlex
 from pathlib import Path
 
 from dflashops.deployment.access import connect
-from dflashops.errors import LabError, tail_lines
+from dflashops.errors import tail_lines
 from dflashops.inventory.load import Inventory
 from dflashops.lab.daemon import CT_MODELS_DIR
+from dflashops.lab.errors import LabError
 
 GUESSED = "tiny-qwen3-dflash-guessed"
 TRAINED_PATH = posixpath.join(CT_MODELS_DIR, "tiny-qwen3-dflash")

@@ -1,7 +1,7 @@
 """Running a command on this machine for the lab's hosts and their network.
 
 Every command is bounded by a timeout; with ``check``, a failure becomes a
-:class:`~dflashops.errors.LabError` naming the command and the tail of its stderr.
+:class:`~dflashops.lab.errors.LabError` naming the command and the tail of its stderr.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import shlex
 import subprocess
 from collections.abc import Sequence
 
-from dflashops.errors import LabError, tail_lines
+from dflashops.errors import tail_lines
+from dflashops.lab.errors import LabError
 
 CMD_TIMEOUT_S = 15.0
 

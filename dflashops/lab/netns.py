@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 from dflashops.lab.host_model import SshHost
 from dflashops.lab.local_commands import CMD_TIMEOUT_S, run_command
 

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 
 
 def daemon_using(run: Path) -> int | None:

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from dflashops.cache import cache_root
-from dflashops.errors import LabError, tail_lines
+from dflashops.errors import tail_lines
+from dflashops.lab.errors import LabError
 from dflashops.progress import Say, quiet
 from dflashops.server.spec import ServerSpec
 from dflashops.training import packages as training_packages

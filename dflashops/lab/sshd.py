@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from dflashops.errors import LabError, tail_lines
+from dflashops.errors import tail_lines
+from dflashops.lab.errors import LabError
 from dflashops.lab.host_model import Mount, SshHost
 from dflashops.lab.local_commands import run_command
 from dflashops.lab.netns import flush_neighbours, kill_processes

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 from dflashops.lab.host_model import SshHost
 from dflashops.lab.local_commands import run_command
 from dflashops.lab.netns import flush_neighbours, kill_processes

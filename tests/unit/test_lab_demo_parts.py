@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from dflashops.cli.lab_demo_view import acceptance_table
-from dflashops.errors import LabError
 from dflashops.lab.demo import DemoReport, _finding_keys
+from dflashops.lab.errors import LabError
 from dflashops.lab.incident import STAGED_PATH, TRAINED_PATH, TUNE_BUDGET, incident_playbook
 from dflashops.playbook.load import load_playbook, resolve_playbook_path
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 from dflashops.lab.run_folder import daemon_using, mounts_below, remove_run_folder
 
 pytestmark = [

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dflashops.errors import LabError
 from dflashops.lab import runtime
+from dflashops.lab.errors import LabError
 from dflashops.lab.models import dflash_build, layout, prompts, serve
 from dflashops.lab.models.ensure import ensure_lab_models, run_builder
 from dflashops.training.dataset import read_samples

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dflashops.errors import LabError
 from dflashops.lab.daemon import LabNetwork
+from dflashops.lab.errors import LabError
 from dflashops.lab.hosts import HOST_NAME_RE
 from dflashops.lab.pve.containers import host_name
 

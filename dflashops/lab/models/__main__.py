@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 from dflashops.lab.models import build_lab_models
 from dflashops.lab.runtime import find_runtime
 

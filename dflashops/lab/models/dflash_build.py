@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dflashops.errors import LabError
+from dflashops.lab.errors import LabError
 from dflashops.lab.models import layout, prompts
 from dflashops.lab.models.layout import NUM_SPECULATIVE_TOKENS
 from dflashops.lab.models.serve import SERVED_NAME, serve_target

@@ -15,7 +15,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from dflashops.errors import LabError, tail_lines
+from dflashops.errors import tail_lines
+from dflashops.lab.errors import LabError
 from dflashops.lab.models.layout import LabModels, default_models_dir
 from dflashops.lab.runtime import VllmRuntime
 from dflashops.progress import Say, quiet

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dflashops.errors import LabError, tail_lines
+from dflashops.errors import tail_lines
+from dflashops.lab.errors import LabError
 from dflashops.lab.runtime import VllmRuntime, lab_server_spec
 from dflashops.progress import Say, quiet
 

@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dflashops.errors import LabError
 from dflashops.lab import hosts, netns
+from dflashops.lab.errors import LabError
 from dflashops.lab.host_model import Mount, SshHost
 from dflashops.lab.pve.ctcommon import interface_entry
 
