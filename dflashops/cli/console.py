@@ -1,8 +1,11 @@
 """The one factory for every rich ``Console`` the CLI makes: human output that survives a pipe.
 
 Width. A terminal gets its own width (rich's detection; ``COLUMNS`` overrides it, as rich
-always did). A pipe or a file gets ``COLUMNS`` when set, else ``UNWRAPPED_WIDTH``, so no line
-wraps at all and ``grep`` finds whole lines. Whatever the width, one print never breaks a word
+always did). A pipe or a file gets ``COLUMNS`` when set; else a line of text does not wrap at
+all (``UNWRAPPED_WIDTH``: ``grep`` finds whole lines, a command stays one line to copy), and a
+table is laid out to ``PIPE_TABLE_WIDTH``, as on a terminal: unwrapped, a table with a prose
+column (the lab demo's results) draws rows hundreds of characters wide that a pager or a log
+viewer folds through its borders. Whatever the width, one print never breaks a word
 (an identifier, a dotted key, a URL, a number) and never cuts a table cell: text wraps only at
 spaces, and a table that does not fit is laid out column by column no narrower than each
 column's longest word (a ``no_wrap`` column: its longest cell). When even that does not fit,
@@ -34,6 +37,8 @@ from rich.text import Text
 # Wide enough that no real line wraps, small enough that a renderable which pads to the width
 # (none of ours does) stays a nuisance rather than a disaster.
 UNWRAPPED_WIDTH = 10_000
+# A table's width in a pipe without COLUMNS: a wide terminal's, what a log viewer shows whole.
+PIPE_TABLE_WIDTH = 120
 
 # What a character the output uses reads as in ASCII; box drawing is rich's (box.ASCII).
 ASCII_FALLBACKS = str.maketrans(
@@ -74,23 +79,34 @@ def make_console(stderr: bool = False) -> Console:
     stream = getattr(stream, "rich_proxied_file", stream)  # under a live display: the real one
     encoding = str(getattr(stream, "encoding", None) or "utf-8")
     ascii_output = ascii_only(encoding, os.environ, c_locale_at_start=bool(sys.flags.utf8_mode))
-    return FittingConsole(
+    is_tty = _isatty(stream)
+    console = FittingConsole(
         stderr=stderr,
         # IO[str] is a nominal type that a small writer cannot declare without two dozen
         # methods it does not need; rich only writes, flushes and asks isatty/encoding.
         file=cast(IO[str], AsciiWriter(stream)) if ascii_output else None,
-        width=output_width(_isatty(stream), os.environ),
+        width=output_width(is_tty, os.environ),
     )
+    console.table_width = table_width(is_tty, os.environ)
+    return console
 
 
 def output_width(is_tty: bool, environ: Mapping[str, str]) -> int | None:
     """``None`` (rich: the terminal's width, or COLUMNS) on a TTY; else COLUMNS or unwrapped."""
     if is_tty:
         return None
+    return _columns(environ) or UNWRAPPED_WIDTH
+
+
+def table_width(is_tty: bool, environ: Mapping[str, str]) -> int | None:
+    """The width tables are laid out to when it differs from the console's: in a pipe
+    without COLUMNS, ``PIPE_TABLE_WIDTH``; else None (the console's width)."""
+    return None if is_tty or _columns(environ) else PIPE_TABLE_WIDTH
+
+
+def _columns(environ: Mapping[str, str]) -> int | None:
     columns = environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    return UNWRAPPED_WIDTH
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
 
 
 def ascii_only(encoding: str, environ: Mapping[str, str], *, c_locale_at_start: bool) -> bool:
@@ -151,6 +167,9 @@ class AsciiWriter:
 class FittingConsole(Console):
     """A console whose prints never break a word nor cut a table cell (see the module)."""
 
+    # tables are laid out to this width instead of the console's (make_console: in a pipe)
+    table_width: int | None = None
+
     def print(self, *objects: Any, **options: Any) -> None:
         if options.get("soft_wrap") or self.soft_wrap:  # nothing wraps or crops then
             super().print(*objects, **options)
@@ -160,15 +179,14 @@ class FittingConsole(Console):
             for part in objects[0].renderables:
                 self.print(part, **options)
             return
-        needed = max((self._fit(item, options) for item in objects), default=0)
-        if needed <= self.width:
-            super().print(*objects, **options)
-            return
-        # Console.print clamps its own width argument to the console's, so widen the console
-        # for this one print.
-        width = self.width
-        self.width = needed
+        width = layout = self.width
+        if self.table_width is not None and any(isinstance(o, Table) for o in objects):
+            layout = min(width, self.table_width)
+        # Console.print clamps its own width argument to the console's, so the console takes
+        # this print's width (the table width, or more when a word needs it) for this one print
         try:
+            self.width = layout
+            self.width = max([layout, *(self._fit(item, options) for item in objects)])
             super().print(*objects, **options)
         finally:
             self.width = width

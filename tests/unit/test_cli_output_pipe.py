@@ -1,7 +1,8 @@
 """Human output through a pipe (Click's runner is no TTY): whole words, no ellipsis, ASCII.
 
-The rule the CLI keeps (``dflashops.cli.console``): without COLUMNS nothing wraps; with a narrow
-COLUMNS text and table cells wrap at spaces only, and a line grows past COLUMNS rather than
+The rule the CLI keeps (``dflashops.cli.console``): without COLUMNS text does not wrap and
+tables are laid out to ``PIPE_TABLE_WIDTH``; with a narrow COLUMNS text and table cells wrap at
+spaces only, and a line grows past COLUMNS rather than
 break a word (an identifier, a key, a URL, a number) or cut a cell. So the narrow output holds
 exactly the words of the unwrapped one: a folded word would show up as two new words.
 """
@@ -19,11 +20,13 @@ from rich.table import Table
 
 from dflashops.cli import cli
 from dflashops.cli.console import (
+    PIPE_TABLE_WIDTH,
     UNWRAPPED_WIDTH,
     FittingConsole,
     ascii_only,
     make_console,
     output_width,
+    table_width,
     to_ascii,
 )
 from tests.fixtures.drafter import CORRECTED, GUESSED, REF_36, TARGET
@@ -48,6 +51,7 @@ TUNE = [
 # words are what whitespace, box drawing and table rules separate; rules alone are no words
 SEPARATORS = re.compile(r"[\s\u2500-\u257f|+]+")
 RULE = re.compile(r"[-=]{2,}")
+BORDERS = "┏┃┡│└"  # the first character of each line of a table with rich's default box
 CHECK = ["drafter", "check", str(GUESSED), "--ref", REF_36, "--target", str(TARGET)]
 COMMANDS = [
     pytest.param(["drafter", "diff", str(GUESSED), "--against", str(CORRECTED)], 0, id="diff"),
@@ -133,7 +137,10 @@ def test_non_utf8_locale_gives_the_same_words_in_ascii(
 
 
 def test_unwrapped_rows_stay_on_one_line() -> None:
-    diff = run(["drafter", "diff", str(GUESSED), "--against", str(CORRECTED)], 0)
+    # a wide COLUMNS: tables are not laid out to the pipe's table width either
+    diff = run(
+        ["drafter", "diff", str(GUESSED), "--against", str(CORRECTED)], 0, columns=UNWRAPPED_WIDTH
+    )
     row = next(line for line in diff.splitlines() if "dflash_config.target_layer_ids" in line)
     assert "[2, 17, 32, 47, 62]" in row and "[1, 16, 31, 46, 61]" in row
     layer_types = next(line for line in diff.splitlines() if "layer_types" in line)
@@ -141,11 +148,22 @@ def test_unwrapped_rows_stay_on_one_line() -> None:
     assert '"sliding_attention", "full_attention"]' in layer_types
     log = run(["parse-log", str(LOGS / "synthesized-vllm-0.34.0-dp2.log")], 0)
     assert any(line.rstrip().endswith("0.90 0.72 0.54 0.36") for line in log.splitlines())
-    tune = run(TUNE, 0).splitlines()
+    tune = run(TUNE, 0).splitlines()  # text does not wrap in a pipe without COLUMNS
     fit = "Step-time fit: t = 29.967 ms + 0.033 ms × drafted tokens (rmse 0.000 ms)"
     assert any(line.strip() == fit for line in tune)
     merged = "r_i does not depend on k; runs at different k are merged position by position"
     assert f"  - {merged}" in tune
+
+
+def test_tables_in_a_pipe_fit_the_table_width_text_does_not_wrap() -> None:
+    diff = run(["drafter", "diff", str(GUESSED), "--against", str(CORRECTED)], 0)
+    assert max(len(line) for line in diff.splitlines()) == PIPE_TABLE_WIDTH  # layer_types wraps
+    wide = run(["drafter", "diff", str(GUESSED), "--against", str(CORRECTED)], 0, columns=1000)
+    assert words(diff) == words(wide)
+    tune = run(TUNE, 0)
+    tables = [line for line in tune.splitlines() if line[:1] in BORDERS]
+    assert tables and all(len(line) <= PIPE_TABLE_WIDTH for line in tables)
+    assert max(len(line) for line in tune.splitlines()) > PIPE_TABLE_WIDTH  # its prose
 
 
 def test_bench_columns_are_never_cut(saved: dict[str, str]) -> None:
@@ -195,6 +213,10 @@ def test_width_is_the_terminal_s_on_a_tty_else_columns_else_unwrapped() -> None:
     assert output_width(False, {"COLUMNS": "60"}) == 60
     assert output_width(False, {}) == UNWRAPPED_WIDTH
     assert output_width(False, {"COLUMNS": "wide"}) == UNWRAPPED_WIDTH
+    # tables: the console's width, except in a pipe without COLUMNS
+    assert table_width(True, {}) is None
+    assert table_width(False, {"COLUMNS": "60"}) is None
+    assert table_width(False, {}) == PIPE_TABLE_WIDTH
 
 
 class _Terminal(io.StringIO):
@@ -213,6 +235,7 @@ def test_factory_on_a_terminal_and_on_a_pipe(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     monkeypatch.delenv("COLUMNS")
     assert make_console().width == UNWRAPPED_WIDTH
+    assert make_console().table_width == PIPE_TABLE_WIDTH
     monkeypatch.setenv("LANG", "C")
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
