@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from dflashops.cli.context import AppContext, dump_json
 from dflashops.cli.options import FiniteFloatRange, playbook_option, skip_pve_check_option
 from dflashops.cli.progress import spinner
+
+if TYPE_CHECKING:  # imported where used: `dflashops --help` stays fast
+    from rich.console import Console
+
+    from dflashops.launch.report import LaunchFailed, LaunchReport
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -104,7 +109,7 @@ def launch(
     _show_report(report)
 
 
-def _show_failure(exc: Any, as_json: bool) -> None:
+def _show_failure(exc: LaunchFailed, as_json: bool) -> None:
     cause = exc.cause
     if as_json:
         click.echo(
@@ -128,7 +133,7 @@ def _show_failure(exc: Any, as_json: bool) -> None:
         click.echo(f"cause: {cause.summary}\n  from: {cause.evidence}", err=True)
 
 
-def _show_report(report: Any) -> None:
+def _show_report(report: LaunchReport) -> None:
     from dflashops.cli.console import make_console
 
     console = make_console()
@@ -148,17 +153,18 @@ def _show_report(report: Any) -> None:
     _show_members(console, report)
 
 
-def _show_members(console: Any, report: Any) -> None:
+def _show_members(console: Console, report: LaunchReport) -> None:
     """A placement's members: who runs which rank where, and when each joined the group."""
-    members = getattr(report, "members", None)
-    if not members:
+    from dflashops.launch.group import PlacementLaunchReport
+
+    if not isinstance(report, PlacementLaunchReport) or not report.members:
         return
     from rich.table import Table
 
-    table = Table(title=f"members ({getattr(report, 'runtime', 'native')} runtime)")
+    table = Table(title=f"members ({report.runtime} runtime)")
     for column in ("member", "address", "role", "pid", "joined in", "files changed"):
         table.add_column(column, overflow="fold")
-    for m in members:
+    for m in report.members:
         table.add_row(
             m.name,
             m.address,
@@ -168,13 +174,13 @@ def _show_members(console: Any, report: Any) -> None:
             str(m.files_changed),
         )
     console.print(table)
-    if getattr(report, "model_copies", ""):
+    if report.model_copies:
         console.print(f"model     {report.model_copies}", highlight=False)
-    for line in getattr(report, "firewall", None) or []:
+    for line in report.firewall:
         console.print(f"firewall  {line}", highlight=False)
 
 
-def _show_plan(console: Any, report: Any) -> None:
+def _show_plan(console: Console, report: LaunchReport) -> None:
     from rich.syntax import Syntax
     from rich.table import Table
 

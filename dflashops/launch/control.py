@@ -6,22 +6,20 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
+from contextlib import ExitStack
 
 from pydantic import BaseModel, ConfigDict
 
-from dflashops.deployment.access import connect
+from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.deployment.api_key import server_api_key
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.deployment.manifest import read_manifest, write_manifest
 from dflashops.errors import DflashopsError, ServerError
 from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
-from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S
-from dflashops.launch.diagnose import diagnose
+from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S, restart
 from dflashops.launch.group import MemberStop, read_placement, stop_placement
-from dflashops.launch.readiness import HttpProber, wait_ready
-from dflashops.progress import Say, quiet
+from dflashops.progress import Say
 
 FOLLOW_POLL_S = 1.0
 
@@ -45,12 +43,17 @@ class RestartReport(BaseModel):
 
 
 def stop_server(
-    inventory: Inventory, container_name: str, *, layout: Layout = DEFAULT_LAYOUT
+    inventory: Inventory,
+    container_name: str,
+    *,
+    layout: Layout = DEFAULT_LAYOUT,
+    access: ContainerAccess | None = None,
 ) -> StopReport:
     """Stop the server (under systemd also disable it, so a reboot does not bring it back).
-    A member of a placement stops its whole group (every member, even when one is unreachable)."""
-    target = connect(inventory, container_name)
-    with target.conn as conn:
+    A member of a placement stops its whole group (every member, even when one is unreachable).
+    ``access``: an open connection the caller keeps."""
+    with ExitStack() as stack:
+        conn = _open(inventory, container_name, access, stack).conn
         record = read_placement(conn, layout)
         if record is not None:
             group = stop_placement(inventory, record, container=container_name, layout=layout)
@@ -84,12 +87,14 @@ def restart_server(
     timeout_s: float = DEFAULT_READY_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
     layout: Layout = DEFAULT_LAYOUT,
+    access: ContainerAccess | None = None,
 ) -> RestartReport:
-    """Stop and start the deployed server and wait until it is ready again."""
-    say = progress or quiet
+    """Stop and start the deployed server and wait until it is ready again (the launch core's
+    ``restart``: a server that does not come back is stopped, with its log's cause)."""
     env = os.environ if environ is None else environ
-    target = connect(inventory, container_name)
-    with target.conn as conn:
+    with ExitStack() as stack:
+        target = _open(inventory, container_name, access, stack)
+        conn = target.conn
         record = read_placement(conn, layout)
         if record is not None:  # its ranks cannot rejoin a running group: the group restarts
             head = record["members"][0]["name"]
@@ -103,56 +108,27 @@ def restart_server(
                 f"nothing is deployed in {container_name}", hint="run `dflashops launch` first"
             )
         api_key = server_api_key(manifest.api_key_env, env, whose=f"the server in {container_name}")
-        state = lifecycle.run_state(conn, layout)
-        systemd = manifest.supervisor == "systemd"
-        if state.running:
-            say(f"stopping pid {state.server_pid}")
-            lifecycle.stop(conn, systemd=systemd, layout=layout)
-        before = lifecycle.run_state(conn, layout)
-        say("starting the server")
-        pid = lifecycle.start(conn, before, systemd=systemd, layout=layout)
-        prober = HttpProber(
-            manifest.endpoint.removesuffix("/v1"), manifest.served_model_name, api_key
+        report = restart(
+            target, manifest, api_key=api_key, progress=progress, timeout_s=timeout_s, layout=layout
         )
-        watcher = lifecycle.Watcher(conn, layout, pid, before.events_size, before.log_size)
-        try:
-            result = wait_ready(
-                watcher,
-                prober,
-                model=manifest.served_model_name,
-                timeout_s=timeout_s,
-                progress=say,
-            )
-        finally:
-            prober.close()
-        if not result.ready:
-            code = result.last.exit_code if result.last else None
-            text = lifecycle.log_since(conn, layout, before.log_size)
-            cause = diagnose(text, code)
-            lifecycle.stop(conn, systemd=systemd, layout=layout)
-            raise ServerError(
-                f"restart failed: {cause.summary if cause else result.phase.value}; "
-                "the server is stopped",
-                log_tail=lifecycle.tail_of(text, 25),
-                hint=cause.hint if cause else None,
-            )
-        write_manifest(
-            conn,
-            manifest.model_copy(
-                update={
-                    "pid": pid,
-                    "started_at": datetime.now(UTC),
-                    "ready_in_s": round(result.elapsed_s, 1),
-                }
-            ),
-            layout,
-        )
+    assert report.pid is not None and report.ready_in_s is not None
     return RestartReport(
         container=container_name,
         endpoint=manifest.endpoint,
-        pid=pid,
-        ready_in_s=round(result.elapsed_s, 1),
+        pid=report.pid,
+        ready_in_s=report.ready_in_s,
     )
+
+
+def _open(
+    inventory: Inventory, name: str, access: ContainerAccess | None, stack: ExitStack
+) -> ContainerAccess:
+    """The caller's open connection, or a new one closed with ``stack``."""
+    if access is not None:
+        return access
+    target = connect(inventory, name)
+    stack.enter_context(target)
+    return target
 
 
 def read_logs(

@@ -21,7 +21,13 @@ from dflashops.inventory.load import Inventory
 from dflashops.launch.placement import Member
 from dflashops.playbook.placement import Placement
 from dflashops.proxmox.client import PveClient
-from dflashops.proxmox.firewall import AllowRule, apply_rules, firewall_facts, plan_rules
+from dflashops.proxmox.firewall import (
+    AllowRule,
+    FirewallPlan,
+    apply_rules,
+    firewall_facts,
+    plan_rules,
+)
 
 EPHEMERAL = "1024:65535"
 
@@ -66,34 +72,56 @@ def not_addresses(members: list[Member]) -> list[str]:
     return bad
 
 
-def open_member_ports(
+@dataclass(frozen=True)
+class PortsPlan:
+    """One member's firewall, planned: the line a dry run shows, and the rules to write (none
+    when the firewall is off, already right, or could not be read)."""
+
+    name: str
+    line: str
+    problem: bool = False
+    client: PveClient | None = None
+    node: str | None = None
+    vmid: int | None = None
+    rules: FirewallPlan | None = None
+
+    def applied(self) -> MemberFirewall:
+        """Write the planned rules; what the report says afterwards."""
+        if self.rules is None or self.client is None or self.node is None or self.vmid is None:
+            return MemberFirewall(self.name, self.line, problem=self.problem)
+        try:
+            apply_rules(self.client, self.node, self.vmid, self.rules)
+        except ProxmoxError as exc:
+            return MemberFirewall(self.name, f"PVE firewall: {exc.one_line()}", problem=True)
+        line = self.line.replace("to add", "added").replace("stale to remove", "stale removed")
+        return MemberFirewall(self.name, line, changed=True)
+
+
+def plan_member_ports(
     inventory: Inventory,
     placement: Placement,
     members: list[Member],
     checks: Mapping[str, ManagedCheck],
     *,
     playbook: str,
-    apply: bool,
-) -> list[MemberFirewall]:
-    """Read each member's firewall and, with ``apply``, add what is missing (see the module)."""
+) -> tuple[PortsPlan, ...]:
+    """Read each member's firewall and plan what is missing (see the module); writes nothing."""
     names = not_addresses(members)
     out = []
     for member in members:
         check = checks.get(member.name)
         if check is None or check.skipped or check.vmid is None or check.node is None:
-            out.append(MemberFirewall(member.name, "PVE firewall not read (--skip-pve-check)"))
+            out.append(PortsPlan(member.name, "PVE firewall not read (--skip-pve-check)"))
             continue
         if names:
             line = "PVE firewall rules need addresses, not names: " + ", ".join(names)
-            out.append(MemberFirewall(member.name, line, problem=True))
+            out.append(PortsPlan(member.name, line, problem=True))
             continue
-        out.append(
-            _one(inventory, placement, members, member, check=check, playbook=playbook, apply=apply)
-        )
-    return out
+        out.append(_plan_one(inventory, placement, members, member, check=check, playbook=playbook))
+    return tuple(out)
 
 
-def _one(
+def _plan_one(
     inventory: Inventory,
     placement: Placement,
     members: list[Member],
@@ -101,26 +129,22 @@ def _one(
     *,
     check: ManagedCheck,
     playbook: str,
-    apply: bool,
-) -> MemberFirewall:
+) -> PortsPlan:
     assert check.node is not None and check.vmid is not None
     wanted = wanted_rules(placement, members, member, playbook)
     ports = ", ".join(f"tcp {r.dport}" for r in wanted)
     try:
         client = PveClient.for_cluster(inventory, inventory.container(member.name).cluster)
         facts = firewall_facts(client, check.node, check.vmid)
-        if not facts.enabled:
-            return MemberFirewall(member.name, f"PVE firewall off: nothing to allow ({ports})")
-        plan = plan_rules(wanted, facts, rule_mark(playbook))
-        if plan.empty:
-            return MemberFirewall(member.name, f"PVE firewall on: members allowed ({ports})")
-        if apply:
-            apply_rules(client, check.node, check.vmid, plan)
     except ProxmoxError as exc:
-        return MemberFirewall(member.name, f"PVE firewall: {exc.one_line()}", problem=True)
-    verb = ("added", "removed") if apply else ("to add", "to remove")
+        return PortsPlan(member.name, f"PVE firewall: {exc.one_line()}", problem=True)
+    if not facts.enabled:
+        return PortsPlan(member.name, f"PVE firewall off: nothing to allow ({ports})")
+    rules = plan_rules(wanted, facts, rule_mark(playbook))
+    if rules.empty:
+        return PortsPlan(member.name, f"PVE firewall on: members allowed ({ports})")
     line = (
-        f"PVE firewall on: {len(plan.add)} rule(s) {verb[0]}, {len(plan.remove)} stale "
-        f"{verb[1]} ({ports} from the other members)"
+        f"PVE firewall on: {len(rules.add)} rule(s) to add, {len(rules.remove)} stale "
+        f"to remove ({ports} from the other members)"
     )
-    return MemberFirewall(member.name, line, changed=apply)
+    return PortsPlan(member.name, line, False, client, check.node, check.vmid, rules)

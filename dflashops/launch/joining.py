@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dflashops.deployment.layout import Layout
 from dflashops.errors import RemoteError
 from dflashops.launch import lifecycle
 from dflashops.launch.readiness import ProcessView
+from dflashops.progress import Say
 from dflashops.remote import SshConnection
 
 JOINED_RE = re.compile(r"rank (\d+) in world size (\d+) is assigned as")
@@ -49,6 +51,8 @@ class MemberWatch:
     pid: int
     events_offset: int
     log_offset: int
+    rank: int = 0  # its node rank in the placement
+    address: str = ""
 
     def script(self) -> str:
         log = shlex.quote(self.layout.log)
@@ -96,3 +100,67 @@ class GroupWatch:
             views.append(view)
         # a head that did not answer this poll is taken as alive: HTTP tells the rest
         return views[0] or ProcessView(alive=True, log_line="(no answer over SSH this poll)")
+
+
+JOIN_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class JoinFailure:
+    """The member that stopped the group forming, and how."""
+
+    name: str
+    what: str
+    exited: bool  # its process ended (its log explains it), or it merely never joined
+
+
+def wait_joined(
+    members: Sequence[MemberWatch],
+    *,
+    world: int,
+    deadline_s: float,
+    say: Say,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[dict[str, float], JoinFailure | None]:
+    """Poll every member until each of its ranks has joined (``deadline_s`` seconds from now);
+    returns the seconds each member took, and the first member that died or never joined."""
+    started = clock()
+    joined_in: dict[str, float] = {}
+    silent: set[str] = set()  # members whose last poll got no answer over SSH
+    while True:
+        for m in members:
+            if m.name in joined_in:
+                continue
+            view, lines = m()
+            if view is None:
+                silent.add(m.name)
+                continue
+            silent.discard(m.name)
+            if dead(view):
+                return joined_in, JoinFailure(
+                    m.name, f"exited (code {view.exit_code}) before joining", exited=True
+                )
+            wanted = set(member_ranks(m.rank, world, len(members)))
+            if wanted <= joined_ranks(lines, world):
+                joined_in[m.name] = round(clock() - started, 1)
+                say(f"{m.name}: ranks {sorted(wanted)} of {world} joined")
+        waiting = [m for m in members if m.name not in joined_in]
+        if not waiting:
+            return joined_in, None
+        if clock() - started > deadline_s:
+            names = ", ".join(
+                f"{m.name} ({m.address}, rank {m.rank}"
+                + (", not answering over SSH)" if m.name in silent else ")")
+                for m in waiting
+            )
+            return joined_in, JoinFailure(
+                waiting[0].name,
+                f"did not join within {deadline_s:.0f}s (still waiting: {names})",
+                exited=False,
+            )
+        say(
+            f"waiting for {', '.join(sorted(m.name for m in waiting))} to join "
+            f"({clock() - started:.0f}s)"
+        )
+        sleep(JOIN_POLL_S)

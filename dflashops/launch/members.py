@@ -57,6 +57,12 @@ def member_tmpdir(layout: Layout) -> str:
     return posixpath.join(layout.state, "tmp")
 
 
+def member_tmp_marker(layout: Layout) -> str:
+    """A file in the member's ``TMPDIR``: pushing it makes the folder, and it says why it is
+    there."""
+    return posixpath.join(member_tmpdir(layout), "README")
+
+
 @dataclass(frozen=True)
 class MemberRender:
     member: Member
@@ -139,9 +145,8 @@ def render_member(
     record = json.dumps(placement_record(playbook, members, member), indent=2) + "\n"
     extra = (
         RenderedFile(placement_file(layout), record.encode()),
-        # put_files makes the folder; the marker says why it is there
         RenderedFile(
-            posixpath.join(member_tmpdir(layout), "README"),
+            member_tmp_marker(layout),
             b"TMPDIR of this member's vLLM ranks (one per container: never shared)\n",
         ),
     )

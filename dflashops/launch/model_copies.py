@@ -8,16 +8,20 @@ sha256 of every file under the target's (and drafter's) folder and compares them
 The sums are kept on each member in ``<state>/model-sums/``, keyed by the folder's path and its
 listing (names, sizes, modification times): the first launch reads every byte (about a minute
 for 50 GB on a local NVMe), later ones only list the folder, and any change to a file's size or
-time reads it again. Pure parsing and comparison here; the script runs over SSH.
+time reads it again. The script runs over SSH; parsing and comparison are pure.
 """
 
 from __future__ import annotations
 
 import posixpath
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dflashops.deployment.layout import Layout
+from dflashops.launch.report import LaunchRefused
+from dflashops.progress import Say
+from dflashops.remote import SshConnection
 
 SUMS_DEADLINE_S = 3600.0  # the first read of a large model on a slow disk
 
@@ -96,3 +100,52 @@ def compare_copies(path: str, head: str, sums: dict[str, dict[str, str]]) -> lis
         if missing or extra or differ:
             out.append(CopyMismatch(member, path, missing, extra, differ))
     return out
+
+
+@dataclass(frozen=True)
+class CopiesVerdict:
+    """The members' copies compared: the report's line, and one warning per forced mismatch."""
+
+    line: str
+    warnings: tuple[str, ...] = ()
+
+
+def compare_members(
+    conns: Mapping[str, SshConnection],
+    members: Sequence[str],
+    paths: Sequence[str],
+    layout: Layout,
+    *,
+    force: bool,
+    keep: bool,
+    say: Say,
+) -> CopiesVerdict:
+    """Every member's sums of each of ``paths`` against the head's (``members[0]``); a member
+    with another copy is refused (:class:`LaunchRefused`) unless ``force``. ``keep``: cache the
+    sums on the members (not on a dry run, which writes nothing)."""
+    head = members[0]
+    mismatches = []
+    for path in paths:
+        sums = {}
+        for name in members:
+            say(f"{name}: checksums of {path} (read once, then cached)")
+            out = conns[name].run(
+                sums_script(path, layout, keep=keep),
+                deadline=SUMS_DEADLINE_S,
+                display=f"checksums of {path}",
+            )
+            sums[name] = parse_sums(out.stdout)
+        mismatches += compare_copies(path, head, sums)
+    if not mismatches:
+        return CopiesVerdict(f"same files on all {len(members)} members: {', '.join(paths)}")
+    lines = [m.line(head) for m in mismatches]
+    if not force:
+        raise LaunchRefused(
+            lines[0] + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
+            hint="give every member the same files (one shared mount, or copy the head's "
+            "folder: rsync -a --checksum), or --force to launch anyway",
+        )
+    return CopiesVerdict(
+        f"{len(lines)} folder(s) differ between members (--force)",
+        tuple(f"{line} (--force)" for line in lines),
+    )

@@ -6,7 +6,7 @@ decision "push and restart" versus "nothing changed" is unit-tested with canned 
 
 from __future__ import annotations
 
-import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict
 from dflashops.deployment.manifest import DeployedManifest
 from dflashops.launch.lifecycle import RunState
 from dflashops.launch.render import Rendered
-from dflashops.remote import SshConnection
 
 FileAction = Literal["create", "update", "same"]
 
@@ -35,27 +34,9 @@ class Decision:
     reason: str
 
 
-def sha_script(paths: list[str]) -> str:
-    lines = []
-    for path in paths:
-        q = shlex.quote(path)
-        lines.append(
-            f'if [ -f {q} ]; then echo "$(sha256sum < {q} | cut -c1-64) $(stat -c %a {q})"; '
-            "else echo '- -'; fi"
-        )
-    return "\n".join(lines)
-
-
-def remote_shas(conn: SshConnection, paths: list[str]) -> dict[str, tuple[str, int] | None]:
-    out = conn.run(sha_script(paths), deadline=60.0, display="hash deployed files").stdout
-    found: dict[str, tuple[str, int] | None] = {}
-    for path, line in zip(paths, out.splitlines(), strict=True):
-        digest, _, mode = line.partition(" ")
-        found[path] = None if digest == "-" else (digest, int(mode, 8))
-    return found
-
-
-def file_changes(rendered: Rendered, remote: dict[str, tuple[str, int] | None]) -> list[FileChange]:
+def file_changes(
+    rendered: Rendered, remote: Mapping[str, tuple[str, int] | None]
+) -> list[FileChange]:
     changes = []
     for f in rendered.files:
         now = remote.get(f.path)

@@ -222,3 +222,20 @@ def wait_ready(
         if phase.final:
             return ReadinessResult(phase, obs.elapsed_s, dict(machine.reached), obs)
         sleep(poll_s)
+
+
+def serve_wait(
+    process: Callable[[], ProcessView],
+    endpoint: str,
+    model: str,
+    api_key: str | None,
+    *,
+    timeout_s: float,
+    progress: Say | None = None,
+) -> ReadinessResult:
+    """:func:`wait_ready` against the OpenAI ``endpoint`` (``…/v1``) of a started server."""
+    prober = HttpProber(endpoint.removesuffix("/v1"), model, api_key)
+    try:
+        return wait_ready(process, prober, model=model, timeout_s=timeout_s, progress=progress)
+    finally:
+        prober.close()

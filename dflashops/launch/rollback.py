@@ -1,27 +1,19 @@
 """What a failed start must undo, and how: the pushed files' backups put back (created files
-removed), and a one-line reason from the readiness result."""
+removed), the previous server started again, and a one-line reason from the readiness result."""
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from dflashops.deployment.manifest import DeployedManifest
+from dflashops.deployment.manifest import write_manifest
+from dflashops.errors import DflashopsError
 from dflashops.launch import lifecycle
-from dflashops.launch.readiness import Phase, ReadinessResult
+from dflashops.launch.facts import HostFacts
+from dflashops.launch.readiness import Phase, ReadinessResult, serve_wait
+from dflashops.progress import Say
 from dflashops.remote import PutResult, SshConnection
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """What a failed start must undo."""
-
-    before: lifecycle.RunState
-    pushed: list[PutResult]
-    was_running: bool
-    manifest: DeployedManifest | None
-    systemd: bool
 
 
 def failure_of(result: ReadinessResult, timeout_s: float) -> tuple[str, int | None]:
@@ -52,5 +44,40 @@ def restore(conn: SshConnection, pushed: Sequence[PutResult]) -> None:
         conn.run(" && ".join(lines), deadline=60.0, display="restore previous files")
 
 
-def endpoint_of(manifest: DeployedManifest | None) -> str | None:
-    return manifest.endpoint if manifest else None
+def restart_previous(
+    conn: SshConnection,
+    facts: HostFacts,
+    *,
+    systemd: bool,
+    api_key: str | None,
+    timeout_s: float,
+    say: Say,
+) -> bool | None:
+    """Start the server that ran before a failed launch again, its files put back: True when it
+    serves again (its manifest gets the new pid), False when not, None when nothing ran."""
+    if not facts.state.running:
+        return None
+    try:
+        before = lifecycle.run_state(conn, facts.layout)
+        pid = lifecycle.start(conn, before, systemd=systemd, layout=facts.layout)
+    except DflashopsError:
+        return False
+    manifest = facts.manifest
+    if manifest is None:
+        return True
+    watch = lifecycle.Watcher(conn, facts.layout, pid, before.events_size, before.log_size)
+    try:
+        result = serve_wait(
+            watch,
+            manifest.endpoint,
+            manifest.served_model_name,
+            api_key,
+            timeout_s=timeout_s,
+            progress=say,
+        )
+    except DflashopsError:
+        return False
+    if result.ready:
+        update = {"pid": pid, "started_at": datetime.now(UTC), "ready_in_s": result.elapsed_s}
+        write_manifest(conn, manifest.model_copy(update=update), facts.layout)
+    return result.ready

@@ -22,6 +22,7 @@ from typing import Any
 from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport
 from dflashops.bench.settings import BenchSettings
+from dflashops.deployment.access import ContainerAccess
 from dflashops.errors import BenchmarkError, DflashopsError
 from dflashops.inventory.load import Inventory
 from dflashops.launch.core import launch
@@ -117,9 +118,12 @@ def score(
 class Evaluator:
     """The launches and benches of one evaluation on one container."""
 
-    def __init__(self, inventory: Inventory, container: str, out_dir: Path, say: Say) -> None:
+    def __init__(
+        self, inventory: Inventory, access: ContainerAccess, out_dir: Path, say: Say
+    ) -> None:
         self.inventory = inventory
-        self.container = container
+        self.access = access
+        self.container = access.name
         self.out_dir = out_dir
         self.say = say
 
@@ -127,14 +131,21 @@ class Evaluator:
         settings = BenchSettings.from_playbook(
             book, concurrency=(1,), label=f"{self.container} {label}"
         )
-        report = bench_container(self.inventory, self.container, book, settings, progress=self.say)
+        report = bench_container(
+            self.inventory,
+            self.container,
+            book,
+            settings,
+            progress=self.say,
+            connection=self.access.conn,
+        )
         if not report.levels or report.levels[0].completed == 0:
             raise BenchmarkError(f"every bench request to {label} failed")
         return report
 
     def launch(self, book: Playbook, why: str) -> None:
         self.say(f"evaluate: launching {why}")
-        launch(self.inventory, self.container, book, progress=self.say)
+        launch(self.inventory, self.container, book, progress=self.say, access=self.access)
 
     def run(
         self,

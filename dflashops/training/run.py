@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dflashops.deployment.access import connect
+from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.deployment.playbooks import playbook_for_container
 from dflashops.drafter.engine import parse_engine
@@ -88,10 +88,9 @@ def train_drafter(
     train = train_section(book, book_path)
     local = read_local_dataset(book, book_path)  # before anything touches the container
     out_dir = request.out_dir(book.train_run_name)
-    with (
-        connect(inventory, request.container) as conn,
-        tempfile.TemporaryDirectory(prefix="dflashops-train-") as tmp,
-    ):
+    # one connection serves the whole run, the server's launches and stops included
+    access = connect(inventory, request.container)
+    with access as conn, tempfile.TemporaryDirectory(prefix="dflashops-train-") as tmp:
         python = venv_python(book, layout)
         folder = TrainingFolder(layout.training_run(book.train_run_name))
         say(f"reading run {book.train_run_name} in {request.container}")
@@ -120,6 +119,7 @@ def train_drafter(
         run = _Run(
             inventory,
             request,
+            access=access,
             book=book,
             book_path=book_path,
             conn=conn,
@@ -157,6 +157,7 @@ class _Run:
         inventory: Inventory,
         request: TrainRequest,
         *,
+        access: ContainerAccess,
         book: Playbook,
         book_path: Path,
         conn: SshConnection,
@@ -171,6 +172,7 @@ class _Run:
         self.request = request
         self.book = book
         self.book_path = book_path
+        self.access = access
         self.conn = conn
         self.plan = plan
         self.job = plan.job
@@ -178,7 +180,7 @@ class _Run:
         self.python = venv_python(book, layout)
         self.server = TrainingServer(
             inventory,
-            request.container,
+            access,
             book,
             running=facts.server_running,
             manifest=facts.manifest,
@@ -325,7 +327,7 @@ class _Run:
         if trained is None and self.book.drafter.method == "dflash":
             trained = self._trained_book(self.job.paths.export, outcome.check)
         if self.request.evaluate and trained is not None:
-            evaluator = Evaluator(self.inventory, self.request.container, outcome.out_dir, self.say)
+            evaluator = Evaluator(self.inventory, self.access, outcome.out_dir, self.say)
             outcome.evaluation = evaluator.run(
                 self.book if self.server.was_running else None,
                 trained,
@@ -343,7 +345,7 @@ class _Run:
 
     def _launch(self, book: Playbook, what: str) -> None:
         self.say(f"launching {what}")
-        launch(self.inventory, self.request.container, book, progress=self.say)
+        launch(self.inventory, self.request.container, book, progress=self.say, access=self.access)
         self.server.log.append(f"launched {what}")
 
     def _after_evaluation(self, promoted: Playbook | None) -> None:
@@ -355,7 +357,7 @@ class _Run:
             self._launch(self.book, "the given playbook again")
         else:
             self.say(f"stopping the server in {self.request.container} (it was not running)")
-            stop_server(self.inventory, self.request.container)
+            stop_server(self.inventory, self.request.container, access=self.access)
             self.server.log.append("evaluated, then stopped the server as it was before")
 
     def _promote(self, outcome: TrainOutcome) -> Playbook:

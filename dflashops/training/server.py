@@ -1,28 +1,26 @@
 """The container's server around a training run: up for the data stage, stopped for training
 (the GPUs are the server's), and back afterwards.
 
-Every step goes through the launch feature (``launch``, ``stop_server``, ``restart_server``), so
-the manifest stays the one record of what runs; this module only decides which, and says so.
+Every step goes through the launch core (``launch``, ``restart_server``, ``stop_server``,
+``await_serving``) over the run's one connection, so the manifest stays the one record of what
+runs; this module only decides which, and says so.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping
 
+from dflashops.deployment.access import ContainerAccess
 from dflashops.deployment.api_key import server_api_key
 from dflashops.deployment.manifest import DeployedManifest
-from dflashops.errors import ServerError
 from dflashops.inventory.load import Inventory
 from dflashops.launch.control import restart_server, stop_server
-from dflashops.launch.core import launch
-from dflashops.launch.readiness import HttpProber
+from dflashops.launch.core import await_serving, launch
 from dflashops.playbook.models import Playbook
 from dflashops.progress import Say
 
 READY_TIMEOUT_S = 600.0
-READY_POLL_S = 2.0
 
 
 class TrainingServer:
@@ -31,7 +29,7 @@ class TrainingServer:
     def __init__(
         self,
         inventory: Inventory,
-        container: str,
+        access: ContainerAccess,
         book: Playbook,
         *,
         running: bool,
@@ -40,7 +38,8 @@ class TrainingServer:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.inventory = inventory
-        self.container = container
+        self.access = access
+        self.container = access.name
         self.book = book
         self.running = running
         self.was_running = running
@@ -58,16 +57,33 @@ class TrainingServer:
         """The data stage asks the target itself: start the server if it is stopped (launch
         the playbook when nothing is deployed), and wait until it answers."""
         if self.running:
-            self._wait_answering()
+            if self.manifest is not None:
+                key = server_api_key(
+                    self.manifest.api_key_env, self.environ, whose=f"the server in {self.container}"
+                )
+                await_serving(
+                    self.access,
+                    self.manifest,
+                    api_key=key,
+                    progress=self.say,
+                    timeout_s=READY_TIMEOUT_S,
+                )
             return
         if self.manifest is None:
             self._note(
                 f"launching playbook {self.book.name} in {self.container} for the data stage"
             )
-            launch(self.inventory, self.container, self.book, progress=self.say)
+            launch(
+                self.inventory,
+                self.container,
+                self.book,
+                progress=self.say,
+                environ=self.environ,
+                access=self.access,
+            )
         else:
             self._note(f"starting the server in {self.container} for the data stage")
-            restart_server(self.inventory, self.container, progress=self.say)
+            self._restart()
         self.running = True
 
     def stop_for(self, stage: str) -> None:
@@ -75,7 +91,7 @@ class TrainingServer:
         if not self.running:
             return
         self._note(f"stopping the server in {self.container}: the {stage} stage needs its GPUs")
-        stop_server(self.inventory, self.container)
+        stop_server(self.inventory, self.container, access=self.access)
         self.running = False
         self.stopped_by_us = True
 
@@ -84,29 +100,14 @@ class TrainingServer:
         if self.running or not (self.stopped_by_us and self.was_running):
             return
         self._note(f"restarting the previous server in {self.container} ({why})")
-        restart_server(self.inventory, self.container, progress=self.say)
+        self._restart()
         self.running = True
 
-    def _wait_answering(self) -> None:
-        manifest = self.manifest
-        if manifest is None:
-            return
-        key = server_api_key(
-            manifest.api_key_env, self.environ, whose=f"the server in {self.container}"
+    def _restart(self) -> None:
+        restart_server(
+            self.inventory,
+            self.container,
+            progress=self.say,
+            environ=self.environ,
+            access=self.access,
         )
-        prober = HttpProber(manifest.endpoint.removesuffix("/v1"), manifest.served_model_name, key)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        try:
-            while True:
-                view = prober()
-                if view.probe_ok:
-                    return
-                if time.monotonic() > deadline:
-                    raise ServerError(
-                        f"the server in {self.container} does not answer ({view.detail})",
-                        hint="check `dflashops logs NAME`; the data stage needs the target served",
-                    )
-                self.say(f"waiting for the server in {self.container}: {view.detail}")
-                time.sleep(READY_POLL_S)
-        finally:
-            prober.close()

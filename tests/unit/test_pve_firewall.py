@@ -14,7 +14,13 @@ from dflashops.deployment.managed import ManagedCheck, confirm_managed
 from dflashops.errors import ProxmoxError
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.lab.pve import PveDouble, serve_double
-from dflashops.launch.firewall import EPHEMERAL, open_member_ports, rule_mark
+from dflashops.launch.firewall import (
+    EPHEMERAL,
+    MemberFirewall,
+    PortsPlan,
+    plan_member_ports,
+    rule_mark,
+)
 from dflashops.launch.placement import Member
 from dflashops.playbook.placement import Placement
 from dflashops.proxmox.apply import ProvisionOptions, provision
@@ -84,6 +90,20 @@ def rules(client: PveClient, vmid: int) -> list[dict[str, object]]:
 
 def enable(client: PveClient, vmid: int) -> None:
     client.put(client.ct_path("lab", vmid, "firewall", "options"), enable=1)
+
+
+def open_member_ports(
+    inventory: Inventory,
+    placement: Placement,
+    group: list[Member],
+    found: dict[str, ManagedCheck],
+    *,
+    playbook: str,
+    apply: bool,
+) -> list[MemberFirewall | PortsPlan]:
+    """The plan (a dry run shows its lines), applied when ``apply``."""
+    plans = plan_member_ports(inventory, placement, group, found, playbook=playbook)
+    return [plan.applied() if apply else plan for plan in plans]
 
 
 def open_ports(inventory: Inventory, *, apply: bool, worker: str = WORKER) -> dict[str, str]:

@@ -37,7 +37,7 @@ from dflashops.lab.host_model import Mount as LabMount
 from dflashops.lab.node import NodeSpec, node_setup_script
 from dflashops.lab.sshd import _mount_commands
 from dflashops.launch import control, lifecycle
-from dflashops.launch.plan import remote_shas
+from dflashops.launch.facts import remote_shas
 from dflashops.launch.render import RenderInputs, render
 from dflashops.launch.rollback import restore
 from dflashops.launch.status import server_status
