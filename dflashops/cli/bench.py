@@ -13,6 +13,7 @@ import click
 
 from dflashops.cli.context import AppContext, dump_json
 from dflashops.cli.options import FiniteFloatRange, SafePath, playbook_option, skip_pve_check_option
+from dflashops.cli.progress import MAIN, StepLines, live_progress, progress_console, step_lines
 from dflashops.cli.roofline_options import roofline_options
 
 if TYPE_CHECKING:
@@ -180,29 +181,19 @@ def bench(  # Click passes every option by keyword
 
 @contextmanager
 def bench_progress(*, enabled: bool = True) -> Iterator[Progress]:
-    """A rich ``Progress`` on stderr: per level requests done / total and output tok/s so far,
-    plus what the run waits for between levels. ``lab demo`` shows the same."""
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    """Per level requests done / total and output tok/s so far, plus what the run waits for
+    between levels: bars on a terminal, step lines elsewhere (``dflashops.cli.progress``)."""
+    from dflashops.bench.progress import QuietProgress
 
-    from dflashops.cli.console import make_console
-
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[count]}"),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=make_console(stderr=True),
-        transient=False,
-        disable=not enabled,
-    ) as bar:
+    if not enabled:
+        yield QuietProgress()
+        return
+    console = progress_console()
+    if not console.is_interactive:
+        with step_lines("bench", console) as lines:
+            yield _BenchLines(lines)
+        return
+    with live_progress(console, bars=True) as bar:
         shown = _Shown(bar)
         try:
             yield shown
@@ -211,7 +202,7 @@ def bench_progress(*, enabled: bool = True) -> Iterator[Progress]:
 
 
 class _Shown:
-    """Feeds the runner's callbacks into a rich progress display."""
+    """Feeds the runner's callbacks into the live display's bars."""
 
     def __init__(self, bar: rich.progress.Progress) -> None:
         self.bar = bar
@@ -243,6 +234,27 @@ class _Shown:
 
     def done(self) -> None:
         self.bar.remove_task(self.status)
+
+
+class _BenchLines:
+    """The runner's callbacks as step lines: each phase and each level is a step, and the
+    level's request count and rate are its news (its heartbeat and end line say them)."""
+
+    def __init__(self, lines: StepLines) -> None:
+        from dflashops.bench.progress import SayProgress
+
+        self.lines = lines
+        self.counts = SayProgress(lambda message: lines.update(MAIN, message))
+
+    def phase(self, message: str) -> None:
+        self.lines.step(MAIN, message)
+
+    def start_level(self, concurrency: int, requests: int) -> None:
+        self.lines.step(MAIN, f"concurrency {concurrency}: {requests} requests")
+        self.counts.start_level(concurrency, requests)
+
+    def request_done(self, record: RequestRecord) -> None:
+        self.counts.request_done(record)
 
 
 def _show(report: BenchReport, path: Path, as_json: bool) -> None:

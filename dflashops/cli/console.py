@@ -73,7 +73,7 @@ ASCII_FALLBACKS = str.maketrans(
 _COERCED_CTYPES = frozenset({"C.UTF-8", "C.utf8", "UTF-8"})
 
 
-def make_console(stderr: bool = False) -> Console:
+def make_console(stderr: bool = False) -> FittingConsole:
     """A console on stdout (or stderr) with the width and encoding this module describes."""
     stream: Any = sys.stderr if stderr else sys.stdout
     stream = getattr(stream, "rich_proxied_file", stream)  # under a live display: the real one

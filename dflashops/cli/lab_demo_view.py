@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
+from rich.console import RenderableType
 from rich.table import Table
 
+from dflashops.cli.cells import number, numbers
 from dflashops.lab.demo import DemoReport
 
 # the three servers of the replay, in order, with what each one was
@@ -17,7 +18,7 @@ COLUMNS = (
 )
 
 
-def demo_renderables(report: DemoReport) -> Iterator[Any]:
+def demo_renderables(report: DemoReport) -> Iterator[RenderableType]:
     """The step table, the acceptance table and the closing lines, in print order."""
     stages = Table(title="dflashops lab demo (setup, then `up` on lab-ct1 and lab-ct2)")
     for column in ("run", "container", "step", "result", "seconds"):
@@ -57,18 +58,8 @@ def acceptance_table(report: DemoReport) -> Table:
     measured = [report.acceptance.get(key, {}) for key, _ in COLUMNS]
     table.add_row("k", *(str(m.get("k", "-")) for m in measured))
     table.add_row(
-        "acceptance length", *(_number(m.get("spec_decode_acceptance_length")) for m in measured)
+        "acceptance length", *(number(m.get("spec_decode_acceptance_length")) for m in measured)
     )
-    table.add_row("per position", *(_rates(m.get("per_position_acceptance")) for m in measured))
-    table.add_row("output tok/s", *(_number(m.get("output_throughput"), 1) for m in measured))
+    table.add_row("per position", *(numbers(m.get("per_position_acceptance")) for m in measured))
+    table.add_row("output tok/s", *(number(m.get("output_throughput"), 1) for m in measured))
     return table
-
-
-def _number(value: Any, digits: int = 2) -> str:
-    return "-" if value is None else f"{float(value):.{digits}f}"
-
-
-def _rates(values: Any) -> str:
-    if not values:
-        return "-"
-    return " ".join(f"{float(v):.2f}" for v in values)

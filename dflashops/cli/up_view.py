@@ -2,46 +2,34 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from dflashops.cli.cells import number
 from dflashops.cli.console import make_console
+from dflashops.cli.progress import lanes
+
+if TYPE_CHECKING:
+    from dflashops.up.outcome import UpResult
+    from dflashops.up.runner import Event
 
 
 @contextmanager
-def pair_lines(*, enabled: bool = True) -> Iterator[Callable[[str, str, str], None]]:
-    """Yield ``on_event(pair, step, message)``: each pair gets its own live progress line."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    console = make_console(stderr=True)
-    frames = "line" if console.options.ascii_only else "dots"
-    lock = threading.Lock()
-    tasks: dict[str, Any] = {}
-    with Progress(
-        SpinnerColumn(frames),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not enabled,
-    ) as progress:
+def pair_lines(*, enabled: bool = True) -> Iterator[Event]:
+    """Yield ``on_event(pair, step, message)``: each pair is a lane of the progress display
+    (its own live line on a terminal, step lines elsewhere)."""
+    with lanes(enabled=enabled) as tell:
 
         def on_event(pair: str, step: str, message: str) -> None:
-            text = f"{pair} [{step}] {message}" if step else f"{pair}: {message}"
-            with lock:
-                if pair not in tasks:
-                    tasks[pair] = progress.add_task(text)
-                    return
-            progress.update(tasks[pair], description=text)
+            tell(pair, f"{pair} [{step}] {message}" if step else f"{pair}: {message}")
 
         yield on_event
 
 
-def render_plan(result: Any) -> None:
+def render_plan(result: UpResult) -> None:
     """Each pair's plan: which steps would run, and why."""
     console = make_console()
     for pair in result.pairs:
@@ -55,7 +43,7 @@ def render_plan(result: Any) -> None:
             console.print(f"note: {note}")
 
 
-def render_table(result: Any) -> None:
+def render_table(result: UpResult) -> None:
     """One line per pair, then the table: pair, last step, outcome, tok/s, acceptance, k."""
     console = make_console()
     for pair in result.pairs:
@@ -71,15 +59,11 @@ def render_table(result: Any) -> None:
             pair.pair,
             pair.last_step or "-",
             pair.outcome,
-            _number(numbers.get("output_throughput"), 1),
-            _number(numbers.get("spec_decode_acceptance_length"), 2),
+            number(numbers.get("output_throughput"), 1),
+            number(numbers.get("spec_decode_acceptance_length"), 2),
             "-" if numbers.get("k") is None else str(numbers["k"]),
         )
     console.print(table)
     if result.interrupted:
         console.print("interrupted: run the same `dflashops up` again to continue")
     console.print(f"run folders: {result.state_dir}")
-
-
-def _number(value: Any, digits: int) -> str:
-    return "-" if value is None else f"{float(value):.{digits}f}"

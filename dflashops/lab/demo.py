@@ -36,6 +36,8 @@ from typing import Any
 from dflashops.lab.errors import LabError
 
 Progress = Callable[[str], None]
+# (pair, message): one line of one pair's progress in an up run; the pairs run in parallel
+PairProgress = Callable[[str, str], None]
 DEMO_CONTAINER = "lab-ct1"
 SECOND_CONTAINER = "lab-ct2"  # the second pair: fails on purpose before its launch
 DEMO_PLAYBOOK = "lab-dflash"
@@ -85,9 +87,14 @@ class DemoReport:
         )
 
 
-def run_demo(progress: Progress | None = None) -> DemoReport:
+def run_demo(
+    progress: Progress | None = None, *, pair_progress: PairProgress | None = None
+) -> DemoReport:
     """Run the setup and the three ``up`` runs; a stage that goes wrong raises with what it
-    knows (the report so far is lost; the run records under the lab state are not)."""
+    knows (the report so far is lost; the run records under the lab state are not).
+
+    ``progress`` hears each stage and each up run as it starts; ``pair_progress`` what each
+    pair does within an up run (without it, ``progress`` hears that too)."""
     from dflashops.inventory.load import load_inventory
     from dflashops.lab import incident
     from dflashops.lab.control import lab_up
@@ -121,7 +128,7 @@ def run_demo(progress: Progress | None = None) -> DemoReport:
     report.model = load_playbook(book_path).served_name
     report.playbook = report.playbook_file = str(book_path)
     report.up_state = str(paths.state / UP_STATE)
-    runs = _UpRuns(inventory, book_path, Path(report.up_state), report, say)
+    runs = _UpRuns(inventory, book_path, Path(report.up_state), report, say, pair_say=pair_progress)
     runs.provision()  # both containers, before the incident is staged in one of them
     setup(
         "stage the incident",
@@ -140,10 +147,18 @@ class _UpRuns:
     """The demo's runs of ``up`` and what each one must show."""
 
     def __init__(
-        self, inventory: Any, book: Path, state: Path, report: DemoReport, say: Progress
+        self,
+        inventory: Any,
+        book: Path,
+        state: Path,
+        report: DemoReport,
+        say: Progress,
+        *,
+        pair_say: PairProgress | None,
     ) -> None:
         self.inventory, self.book, self.state = inventory, book, state
         self.report, self.say = report, say
+        self.pair_say = pair_say or (lambda _pair, message: say(message))
 
     def _up(self, label: str, containers: tuple[str, ...], **options: Any) -> Any:
         from dflashops.up.request import UpRequest
@@ -154,8 +169,10 @@ class _UpRuns:
         )
 
         def event(pair: str, step: str, message: str) -> None:
-            self.say(f"up ({label}) {pair} [{step}] {message}" if step else f"{pair}: {message}")
+            line = f"up ({label}) {pair} [{step}] {message}" if step else f"{pair}: {message}"
+            self.pair_say(pair, line)
 
+        self.say(f"up ({label}) on {', '.join(containers)}")
         result = run_up(self.inventory, request, on_event=event)
         if result.interrupted:
             raise LabError("interrupted", hint="`dflashops lab demo` again replays the incident")

@@ -7,14 +7,15 @@ touches anything else.
 ``status`` reports the container part (PVE state, vmid, node, address, tags). The server part
 (process, port, engine version, speculative config, uptime) is filled by a :data:`ServerProbe`
 that ``launch`` provides; :func:`container_status` calls it for every running container.
+:func:`status_failure` says which rows make ``status`` fail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from dflashops.errors import DflashopsError, ProxmoxError
 from dflashops.inventory.load import Inventory
@@ -25,6 +26,13 @@ from dflashops.proxmox.identity import list_resources, locate, split_tags
 from dflashops.proxmox.pveconfig import pve_supports_interfaces
 
 Progress = Callable[[str], None]
+
+# The server part of a row as launch's probe writes it: launch's ServerStatus as JSON (with
+# "placement", a GroupView, on a member of a placement), or {"problem": ...} when SSH failed.
+# JSON rather than launch's model: proxmox sits beside launch, and a part imports only the
+# layers below its own (tests/unit/test_architecture.py counts TYPE_CHECKING imports too).
+# The model would move below both to be named here; until then the rules read it by isinstance.
+ServerPart = dict[str, JsonValue]
 
 
 class ContainerStatus(BaseModel):
@@ -40,11 +48,20 @@ class ContainerStatus(BaseModel):
     lock: str | None = None
     uptime_s: int | None = None
     note: str | None = None
-    server: dict[str, Any] | None = None  # filled by a ServerProbe (launch)
+    server: ServerPart | None = None  # filled by a ServerProbe (launch)
+
+    def placement(self) -> dict[str, JsonValue]:
+        """The server part's view of its placement (empty: none, or not a member)."""
+        return json_object((self.server or {}).get("placement"))
 
 
 # launch provides one: (inventory, container, its status with an address) -> the server part
-ServerProbe = Callable[[Inventory, Container, ContainerStatus], dict[str, Any] | None]
+ServerProbe = Callable[[Inventory, Container, ContainerStatus], ServerPart | None]
+
+
+def json_object(value: JsonValue | None) -> dict[str, JsonValue]:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
 
 
 def container_status(
@@ -68,6 +85,58 @@ def container_status(
             entry.server = server_probe(inventory, ct, entry)
         result.append(entry)
     return result
+
+
+def status_failure(entries: list[ContainerStatus]) -> ProvisionError | None:
+    """The error ``status`` exits with (one line and a hint; exit code 1), or None (exit 0).
+
+    A row that could not be read (PVE unreachable) is not a status, a refused one (the vmid
+    holds a container dflashops does not manage) blocks every command on that name, and a
+    degraded placement serves nothing: a script running ``status`` must learn of each."""
+    failed = [e for e in entries if e.state == "error"]
+    refused = [e for e in entries if e.state == "refused"]
+    problems = group_problems(entries)
+    hint = _group_hint(entries) if problems else None
+    if failed:
+        problems.append(
+            f"status of {len(failed)} of {len(entries)} container(s) could not be read: "
+            + "; ".join(f"{e.name}: {e.note}" for e in failed)
+        )
+    if refused:
+        problems.append(
+            f"{len(refused)} of {len(entries)} container(s) refused as not managed by dflashops: "
+            + "; ".join(f"{e.name}: {e.note}" for e in refused)
+        )
+        hint = "fix the inventory's vmid, or the container's tag and hostname, then rerun"
+    return ProvisionError("; ".join(problems), hint=hint) if problems else None
+
+
+def group_problems(entries: list[ContainerStatus]) -> list[str]:
+    """One line per degraded placement among ``entries`` (several members of one group name
+    the same members: said once)."""
+    lines: list[str] = []
+    for e in entries:
+        view = e.placement()
+        if view.get("problem"):
+            line = f"placement {view.get('playbook')} is degraded: {view['problem']}"
+            if line not in lines:
+                lines.append(line)
+    return lines
+
+
+def _group_hint(entries: list[ContainerStatus]) -> str:
+    """How a degraded group comes back: its ranks cannot rejoin one by one."""
+    for e in entries:
+        view = e.placement()
+        listed = view.get("members")
+        members = [json_object(m) for m in listed] if isinstance(listed, list) else []
+        down = [m.get("name") for m in members if not m.get("running")]
+        if view.get("problem") and members and down:
+            return (
+                f"read why: dflashops logs {down[0]}; then relaunch the whole group: "
+                f"dflashops launch {members[0].get('name')}"
+            )
+    return "relaunch the placement from its head: dflashops launch HEAD"
 
 
 def _fill(ct: Container, client: PveClient, entry: ContainerStatus) -> None:

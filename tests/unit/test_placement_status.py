@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dflashops.cli.provision import _server_cell, status_problem
+from dflashops.cli.provision import _server_cell
 from dflashops.launch.status import MemberStatus, group_health, group_view
-from dflashops.proxmox.lifecycle import ContainerStatus
+from dflashops.proxmox.lifecycle import ContainerStatus, status_failure
 
 RECORD: dict[str, Any] = {
     "playbook": "lab-multinode",
@@ -112,31 +112,31 @@ def entry(name: str, head: bool | None, worker: bool | None) -> ContainerStatus:
 
 
 def test_the_cell_shows_role_and_group_health() -> None:
-    cell = _server_cell(server("lab-ct1", True, True))
+    cell = _server_cell(entry("lab-ct1", True, True))
     assert "head of 2 (lab-multinode), group serving" in cell
     assert "not running" not in cell
-    worker = _server_cell(server("lab-ct2", True, True))
+    worker = _server_cell(entry("lab-ct2", True, True))
     assert "worker rank 1 of 2 (lab-multinode), group serving" in worker
     # a worker serves no HTTP: the endpoint shown is the head's, and says so
     assert "(head's) http://10.77.0.11:8000/v1" in worker
 
 
 def test_the_cell_names_the_member_that_is_down() -> None:
-    cell = _server_cell(server("lab-ct1", True, False))
+    cell = _server_cell(entry("lab-ct1", True, False))
     assert "group degraded" in cell
     assert "lab-ct2 (worker): not running" in cell
 
 
 def test_a_healthy_or_stopped_group_does_not_fail_status() -> None:
-    assert status_problem([entry("lab-ct1", True, True), entry("lab-ct2", True, True)]) is None
-    assert status_problem([entry("lab-ct1", False, False)]) is None
+    assert status_failure([entry("lab-ct1", True, True), entry("lab-ct2", True, True)]) is None
+    assert status_failure([entry("lab-ct1", False, False)]) is None
 
 
 def test_a_dead_member_fails_status_with_one_line_naming_it() -> None:
     # both members asked about: the group is named once
-    problem = status_problem([entry("lab-ct1", True, False), entry("lab-ct2", True, False)])
-    assert problem is not None
-    line, hint = problem
+    failure = status_failure([entry("lab-ct1", True, False), entry("lab-ct2", True, False)])
+    assert failure is not None and failure.cli_exit_code == 1
+    line, hint = failure.message, failure.hint
     assert line == (
         "placement lab-multinode is degraded: lab-ct2 (worker, rank 1, 10.77.0.12) not running"
     )

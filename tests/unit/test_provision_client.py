@@ -25,7 +25,13 @@ from dflashops.proxmox.apply import (
 from dflashops.proxmox.client import PveClient, is_digest_conflict
 from dflashops.proxmox.containerplan import ContainerPlan, PlanInputs
 from dflashops.proxmox.identity import list_resources
-from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult, container_status, destroy
+from dflashops.proxmox.lifecycle import (
+    ContainerStatus,
+    DestroyResult,
+    ServerPart,
+    container_status,
+    destroy,
+)
 from dflashops.proxmox.plan import plan_container
 from tests.support.inventories import double_cluster
 
@@ -253,7 +259,7 @@ def test_status_calls_the_server_probe_for_running_containers(inventory: Invento
     assert provision(inventory, ["c1"], options=API_ONLY).ok
     seen: list[str] = []
 
-    def probe(inv: Inventory, ct: Container, status: ContainerStatus) -> dict[str, object]:
+    def probe(inv: Inventory, ct: Container, status: ContainerStatus) -> ServerPart:
         seen.append(ct.name)
         return {"url": f"http://{status.address}:30000"}
 

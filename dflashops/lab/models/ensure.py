@@ -48,6 +48,7 @@ def ensure_lab_models(
     staging = models.root.with_name(f".{models.root.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
+        say(f"building the lab models into {models.root} (about 5 minutes on 2 cores)")
         run_builder(runtime, staging, seed=seed, progress=say)
         if not LabModels(staging).is_complete(seed):
             raise LabError(f"the model build in {staging} finished without a valid manifest")
