@@ -180,7 +180,7 @@ def _debug(ctx: click.Context) -> bool:
     type=SafePath(dir_okay=False),  # a str, made a Path below: pathlib costs --help 4 ms
     envvar="DFLASHOPS_INVENTORY",
     show_envvar=True,
-    help="Inventory YAML. Default: ./inventory.yaml, else the lab's inventory once `lab up` ran.",
+    help="Inventory YAML. Default: ./inventory.yaml (`lab up` prints the lab's).",
 )
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, inventory_path: str | None) -> None:

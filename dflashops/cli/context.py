@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dflashops.inventory.load import Inventory
 
+DEFAULT_INVENTORY = "inventory.yaml"
+
 
 @dataclass
 class AppContext:
@@ -22,17 +24,21 @@ class AppContext:
     skip_pve_check: bool = False  # a command's --skip-pve-check (cli.options)
 
     def resolve_inventory_path(self) -> Path:
-        """``-i`` / ``DFLASHOPS_INVENTORY``, else ``./inventory.yaml``, else the lab's."""
+        """``-i`` / ``DFLASHOPS_INVENTORY``, else ``./inventory.yaml``.
+
+        Never the lab's inventory: an operator's command must not reach the lab by accident;
+        ``lab up`` prints how to point at it."""
         from dflashops.errors import InventoryError
 
         if self.inventory_path is not None:
             return self.inventory_path
-        for candidate in (Path("inventory.yaml"), lab_inventory_path()):
-            if candidate.is_file():
-                return candidate
+        default = Path(DEFAULT_INVENTORY)
+        if default.is_file():
+            return default
         raise InventoryError(
-            "no inventory given",
-            hint="pass -i FILE, set DFLASHOPS_INVENTORY, or run `dflashops lab up`",
+            "no such file, and neither -i nor DFLASHOPS_INVENTORY names another",
+            source=f"./{DEFAULT_INVENTORY}",
+            hint="pass -i FILE or set DFLASHOPS_INVENTORY=FILE; start from inventory/example.yaml",
         )
 
     def inventory(self, overrides: Iterable[str] = ()) -> Inventory:
@@ -40,13 +46,6 @@ class AppContext:
 
         inventory = load_inventory(self.resolve_inventory_path(), overrides)
         return inventory.without_pve_check() if self.skip_pve_check else inventory
-
-
-def lab_inventory_path() -> Path:
-    """Where ``lab up`` writes its inventory."""
-    from dflashops.lab.paths import lab_paths
-
-    return lab_paths().inventory
 
 
 def dump_json(data: Any) -> str:

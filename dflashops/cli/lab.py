@@ -6,7 +6,7 @@ import click
 
 from dflashops.cli.context import dump_json
 from dflashops.cli.lab_models import models
-from dflashops.cli.progress import spinner
+from dflashops.cli.progress import MAIN, lanes, spinner
 
 
 @click.group()
@@ -43,6 +43,7 @@ def up(as_json: bool) -> None:
         from pathlib import Path
 
         click.echo(Path(status.inventory).read_text(encoding="utf-8").rstrip())
+        click.echo(point_at(status.inventory))
 
 
 @lab.command("down")
@@ -85,6 +86,14 @@ def status(as_json: bool) -> None:
     for server in current.servers:
         table.add_row(f"server on {server.get('container')}", str(server.get("url")))
     make_console().print(table)
+    if current.inventory:
+        click.echo(point_at(current.inventory))
+
+
+def point_at(inventory: str) -> str:
+    """How every other command reaches the lab: it is never their default inventory."""
+    export = f"export DFLASHOPS_INVENTORY={inventory}"
+    return f"use the lab: dflashops -i {inventory} COMMAND, or {export}"
 
 
 @lab.command("demo")
@@ -120,8 +129,9 @@ def demo(as_json: bool) -> None:
     """
     from dflashops.lab.demo import run_demo
 
-    with spinner("lab demo", enabled=not as_json) as say:
-        report = run_demo(progress=say)
+    # on stderr even with --json: the demo takes minutes, and stdout stays the one document
+    with lanes("lab demo") as tell:
+        report = run_demo(progress=lambda message: tell(MAIN, message), pair_progress=tell)
     if as_json:
         click.echo(dump_json(report.to_json()))
         return

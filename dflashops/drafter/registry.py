@@ -6,6 +6,11 @@ sources, a ``basis`` (how it is known) and ``certain``. Only certain values turn
 an error, and only certain values are ever written by ``corrected_config``. A source is a
 description that starts with the URL an operator opens to see it (findings quote the URL).
 
+An installed package may offer entries of its own through the ``dflashops.drafter_registry``
+entry point (the lab offers its tiny drafter so). They answer an explicit ref only, like an entry
+file: they are never matched by name, path or weights, and never named to a container, whose
+wheel carries the bundled entries alone.
+
 ``target`` may also give ``architectures`` and ``layer_pattern`` (one period of the target's
 ``layer_types``); with the three sizes they let a drafter nothing names be matched through its
 target's config (:mod:`dflashops.drafter.target_match`).
@@ -18,7 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
+from importlib import metadata, resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +45,8 @@ from dflashops.drafter.registry_fields import (
 from dflashops.errors import DrafterError
 
 SCHEMA = 1
+#: entry point group: each point names a package whose folder holds entry files
+OFFERED_GROUP = "dflashops.drafter_registry"
 
 # A value may be certain only on one of these bases, and (unless read from the original file or
 # fixed by the target) only when at least two sources back it.
@@ -161,7 +169,7 @@ class Registry:
         return None
 
     def resolve(self, ref: str) -> RegistryEntry:
-        """``--ref``: an entry name, or a path to an entry file."""
+        """``--ref``: an entry name, a path to an entry file, or an offered entry's name."""
         entry = self.find(ref)
         if entry is not None:
             return entry
@@ -172,7 +180,11 @@ class Registry:
             is_file = False
         if is_file:
             return load_entry(path)
-        known = ", ".join(e.name for e in self.entries) or "none"
+        offered = offered_registry()
+        entry = offered.find(ref)
+        if entry is not None:
+            return entry
+        known = ", ".join(e.name for e in (*self.entries, *offered.entries)) or "none"
         raise DrafterError(
             f"no reference drafter {ref[:80]!r}", hint=f"known: {known}; or pass an entry file"
         )
@@ -220,15 +232,35 @@ def _norm(name: str) -> str:
 
 def load_registry(extra: Iterable[Path] = ()) -> Registry:
     """The bundled entries plus entry files (or folders of them) in ``extra``."""
-    entries: list[RegistryEntry] = []
-    bundled = resources.files("dflashops.drafter").joinpath("registry")
-    for item in sorted(bundled.iterdir(), key=lambda p: p.name):
-        if item.name.endswith(".json"):
-            with resources.as_file(item) as path:
-                entries.append(load_entry(path))
+    entries = _folder_entries(resources.files("dflashops.drafter").joinpath("registry"))
     for path in extra:
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
         entries.extend(load_entry(f) for f in files)
+    return _unique_names(entries)
+
+
+def offered_registry() -> Registry:
+    """The entries installed packages offer through the ``OFFERED_GROUP`` entry point."""
+    entries: list[RegistryEntry] = []
+    for point in sorted(metadata.entry_points(group=OFFERED_GROUP), key=lambda p: p.name):
+        try:
+            folder = resources.files(point.value)
+        except ModuleNotFoundError:
+            continue  # named by the metadata but left out of this install (a container's wheel)
+        entries.extend(_folder_entries(folder))
+    return _unique_names(entries)
+
+
+def _folder_entries(folder: Traversable) -> list[RegistryEntry]:
+    entries: list[RegistryEntry] = []
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".json"):
+            with resources.as_file(item) as path:
+                entries.append(load_entry(path))
+    return entries
+
+
+def _unique_names(entries: list[RegistryEntry]) -> Registry:
     seen: dict[str, str] = {}
     for entry in entries:
         for name in entry.names():

@@ -1,12 +1,15 @@
 """dflashops' own wheel, built once per source state and cached, for the engine venvs.
 
-The cache key is the version plus a digest of the package's files (and ``templates/``,
-``playbooks/`` and ``pyproject.toml``), not the version alone: during development the code
-changes while the version stays, and a container must never run other code than the CLI that
-launched it.
-Builds use hatchling's API (the build backend) with a fixed ``SOURCE_DATE_EPOCH``, so the same
-source gives the same wheel bytes; without hatchling, ``pip wheel`` builds it.
-``DFLASHOPS_WHEEL`` names a prebuilt wheel instead (an installed CLI without a checkout).
+The cache key is the version plus a digest of the files the wheel packs (the package, the
+``templates/`` and ``playbooks/`` and ``pyproject.toml``), not the version alone: during
+development the code changes while the version stays, and a container must never run other code
+than the CLI that launched it.
+This wheel is not the one ``pip install .`` makes: it leaves out what never runs in a container
+(``CONTAINER_EXCLUDE``: the lab, 7.7k lines and 580 KB of schema and corpora), and entry points
+into it. Builds use hatchling's API (the build backend) with that exclusion added to the
+project's own configuration and a fixed ``SOURCE_DATE_EPOCH``, so the same source gives the same
+wheel bytes. ``DFLASHOPS_WHEEL`` names a prebuilt wheel instead (an installed CLI without a
+checkout).
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ import fcntl
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dflashops import __version__
 from dflashops.cache import cache_root
@@ -30,6 +33,8 @@ WHEEL_ENV = "DFLASHOPS_WHEEL"
 SOURCE_DATE_EPOCH = "1767225600"  # 2026-01-01: wheels are reproducible, not dated
 _SKIP_DIRS = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
+#: folders (relative to the checkout) the container wheel leaves out
+CONTAINER_EXCLUDE = ("dflashops/lab",)
 
 
 class WheelError(DflashopsError):
@@ -60,9 +65,12 @@ def source_root(package_dir: Path | None = None) -> Path | None:
 
 
 def _source_files(root: Path) -> Iterator[Path]:
+    excluded = {root / folder for folder in CONTAINER_EXCLUDE}
     for top in (root / "dflashops", root / "templates", root / "playbooks"):
         for dirpath, dirnames, filenames in os.walk(top):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+            dirnames[:] = sorted(
+                d for d in dirnames if d not in _SKIP_DIRS and Path(dirpath, d) not in excluded
+            )
             for name in sorted(filenames):
                 if not name.endswith(_SKIP_SUFFIXES):
                     yield Path(dirpath) / name
@@ -70,7 +78,7 @@ def _source_files(root: Path) -> Iterator[Path]:
 
 
 def source_digest(root: Path) -> str:
-    """sha256 over every packaged file's relative path and content."""
+    """sha256 over every file the container wheel packs: its relative path and content."""
     digest = hashlib.sha256()
     for path in _source_files(root):
         digest.update(str(path.relative_to(root)).encode() + b"\0")
@@ -152,32 +160,53 @@ def _build_into(root: Path, folder: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def container_config(root: Path) -> dict[str, Any]:
+    """The checkout's ``pyproject.toml`` as hatchling reads it, with the wheel target told to
+    leave ``CONTAINER_EXCLUDE`` out, and without entry points into what it leaves out."""
+    try:
+        config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise WheelError(f"{root / 'pyproject.toml'}: {exc}") from exc
+    build = config.setdefault("tool", {}).setdefault("hatch", {}).setdefault("build", {})
+    wheel = build.setdefault("targets", {}).setdefault("wheel", {})
+    wheel["exclude"] = [*wheel.get("exclude", []), *CONTAINER_EXCLUDE]
+    groups = config.get("project", {}).get("entry-points", {})
+    for name, points in list(groups.items()):
+        kept = {key: value for key, value in points.items() if not _left_out(value)}
+        if kept:
+            groups[name] = kept
+        else:
+            del groups[name]
+    return config
+
+
+def _left_out(target: str) -> bool:
+    """Whether an entry point's ``module[:attr]`` lies in a folder the container wheel omits."""
+    module = target.partition(":")[0].strip()
+    for folder in CONTAINER_EXCLUDE:
+        package = folder.replace("/", ".")
+        if module == package or module.startswith(package + "."):
+            return True
+    return False
+
+
 def _build(root: Path, out: Path) -> None:
+    try:
+        from hatchling.builders.wheel import WheelBuilder
+    except ImportError as exc:  # a dependency of dflashops: only a --no-deps install lacks it
+        raise WheelError(
+            "cannot build dflashops' wheel: hatchling is not installed",
+            hint="pip install hatchling",
+        ) from exc
+    builder = WheelBuilder(str(root), config=container_config(root))
     previous = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = SOURCE_DATE_EPOCH
     try:
-        try:
-            from hatchling.builders.wheel import WheelBuilder
-        except ImportError:
-            _pip_wheel(root, out)
-            return
-        try:
-            list(WheelBuilder(str(root)).build(directory=str(out), versions=["standard"]))
-        except Exception as exc:  # a packaging bug must name itself, not crash the CLI
-            raise WheelError(f"hatchling could not build the wheel: {exc}") from exc
+        list(builder.build(directory=str(out), versions=["standard"]))
+    except Exception as exc:  # a packaging bug must name itself, not crash the CLI
+        raise WheelError(f"hatchling could not build the wheel: {exc}") from exc
     finally:
         if previous is None:
             os.environ.pop("SOURCE_DATE_EPOCH", None)
         else:
             os.environ["SOURCE_DATE_EPOCH"] = previous
-
-
-def _pip_wheel(root: Path, out: Path) -> None:
-    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(root)]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise WheelError(f"pip wheel failed: {exc}") from exc
-    if done.returncode != 0:
-        tail = " / ".join(done.stderr.strip().splitlines()[-3:])
-        raise WheelError(f"pip wheel exited {done.returncode}: {tail}")

@@ -1,4 +1,4 @@
-"""Where the lab keeps things. Light on purpose: the CLI imports it for the default inventory.
+"""Where the lab keeps things (standard library only: the lab's light commands import it).
 
 Two roots: the *state* folder (inventory, keys, the PVE double's state, logs), kept until
 ``lab down``, and the *run* folder for the hosts' sshd files and container filesystems. The run

@@ -38,14 +38,17 @@ def isolated_lab_env(
     cidr: str,
     node_spec: dict[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The environment that points `dflashops lab …` at a lab of its own.
+    """The environment that points `dflashops lab …` at a lab of its own, and every other
+    command at that lab's inventory (the lab is never the default inventory).
 
     ``tag`` (one letter or two) names the bridge ``dfolab<tag>0``, the node host
     ``dfo-node<tag>`` and the run folder; ``cidr`` must be a /24 inside 10.200.0.0/16.
     """
+    state = workdir / "lab"
     env = {
         **os.environ,
-        "DFLASHOPS_LAB_STATE": str(workdir / "lab"),
+        "DFLASHOPS_LAB_STATE": str(state),
+        "DFLASHOPS_INVENTORY": str(state / "inventory.yaml"),  # where `lab up` writes it
         "DFLASHOPS_LAB_RUN": f"/run/dflashops-lab{tag}",
         "DFLASHOPS_LAB_BRIDGE": f"dfolab{tag}0",
         "DFLASHOPS_LAB_CIDR": cidr,

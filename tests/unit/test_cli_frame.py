@@ -79,12 +79,22 @@ def test_debug_shows_traceback(tmp_path: Path) -> None:
 
 
 def test_no_inventory_hint(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The lab's inventory is never a default, even where `lab up` wrote one: an operator's
+    command must not reach the lab by accident."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("DFLASHOPS_LAB_STATE", str(tmp_path / "lab"))
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "inventory.yaml").write_text(Path(EXAMPLE).read_text())
     monkeypatch.delenv("DFLASHOPS_INVENTORY", raising=False)
     result = CliRunner().invoke(cli, ["inventory", "show"])
     assert result.exit_code == 2
-    assert "dflashops lab up" in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ./inventory.yaml: no such file")
+    assert all(
+        word in line for word in ("-i FILE", "DFLASHOPS_INVENTORY", "inventory/example.yaml")
+    )
+    (tmp_path / "inventory.yaml").write_text(Path(EXAMPLE).read_text())
+    assert CliRunner().invoke(cli, ["inventory", "show"], env={"PVE_PASSWORD": "x"}).exit_code == 0
 
 
 HEAVY = ("proxmoxer", "fabric", "paramiko", "httpx", "pydantic", "yaml", "rich", "jinja2", "torch")

@@ -22,7 +22,7 @@ from tests.support.manifests import deployed_manifest
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LAB_ENTRY = (
     Path(__file__).resolve().parents[2]
-    / "dflashops/drafter/registry/dflashops-lab--tiny-qwen3-dflash.json"
+    / "dflashops/lab/registry/dflashops-lab--tiny-qwen3-dflash.json"
 )
 
 

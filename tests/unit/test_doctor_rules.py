@@ -120,7 +120,7 @@ def test_corrected_config_with_good_acceptance_is_fine() -> None:
 def test_low_acceptance_is_measured_against_the_entrys_expected_numbers() -> None:
     # the lab entry says its drafter reaches 0.838 at position 0: 0.35 is far below that,
     # although it is above the 0.3 any DFlash drafter should reach
-    entry = load_registry().find("dflashops-lab/tiny-qwen3-dflash")
+    entry = load_registry().resolve("dflashops-lab/tiny-qwen3-dflash")
     assert entry is not None and entry.expected_acceptance[0].position0_floor == 0.838
     result = drafter_config(facts(entry=entry, acceptance=accepted(0.35, 0.2, 0.1, 0.05)))
     finding = result.findings[0]
@@ -297,7 +297,7 @@ def test_ranking_is_severity_then_impact() -> None:
 
 
 def test_the_expected_numbers_of_the_probed_workload_are_used() -> None:
-    entry = load_registry().find("dflashops-lab/tiny-qwen3-dflash")
+    entry = load_registry().resolve("dflashops-lab/tiny-qwen3-dflash")
     smoke = Acceptance(4, (0.28, 0.2, 0.1, 0.05), 1.63, 400, "doctor probe", workload="smoke")
     finding = drafter_config(facts(entry=entry, acceptance=smoke)).findings[0]
     # half of the smoke prompt's 0.61, not of the completion prompts' 0.838

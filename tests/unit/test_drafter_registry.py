@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dflashops.drafter import DrafterFiles, load_registry
-from dflashops.drafter.registry import CERTAIN_BASES, load_entry
+from dflashops.drafter.registry import CERTAIN_BASES, load_entry, offered_registry
 from dflashops.drafter.safetensors import TensorInfo, WeightsInfo
 from dflashops.errors import DrafterError
 from tests.fixtures.drafter import REF_36
@@ -29,12 +29,28 @@ def test_bundled_entries() -> None:
         "z-lab/Qwen3.5-27B-DFlash",
         "z-lab/Qwen3-8B-DFlash-b16",
         "z-lab/Qwen3.5-122B-A10B-DFlash",
-        "dflashops-lab/tiny-qwen3-dflash",
     }
 
 
+LAB_REF = "dflashops-lab/tiny-qwen3-dflash"
+
+
+def test_the_labs_entry_answers_a_ref_only() -> None:
+    """The lab offers its tiny drafter through the entry point: a playbook's ``drafter.ref``
+    resolves it, while ``find`` (what launch asks before naming a ref to a container's preflight,
+    whose wheel has no lab) and matching by name never see it."""
+    entry = REGISTRY.resolve(LAB_REF)
+    assert Path(entry.file).parent.name == "registry"
+    assert Path(entry.file).parent.parent.name == "lab"
+    assert REGISTRY.resolve("tiny-qwen3-dflash") == entry  # its alias, like a bundled entry's
+    assert REGISTRY.find(LAB_REF) is None
+    assert offered_registry().find(LAB_REF) == entry
+    files = DrafterFiles("tiny-qwen3-dflash", {}, path="/opt/lab/models/tiny-qwen3-dflash")
+    assert REGISTRY.match(files) is None
+
+
 def test_every_value_has_provenance_and_certainty_follows_the_rule() -> None:
-    for entry in REGISTRY.entries:
+    for entry in (*REGISTRY.entries, *offered_registry().entries):
         third_party = entry.name.startswith("z-lab/")
         # the z-lab values come from third-party sources, never the original file
         assert ("NOT read" in entry.provenance) == third_party

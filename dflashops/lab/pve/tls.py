@@ -13,10 +13,21 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from dflashops.lab.errors import LabError
+
+NEEDED = "cryptography>=42 (dflashops' `lab` extra)"
+INSTALL_HINT = "pip install 'dflashops[lab]' (in a checkout: pip install '.[lab]')"
+
+try:
+    from cryptography import __version__ as cryptography_version
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+except ImportError as exc:  # an operator's install leaves the lab's extra out
+    raise LabError(f"the lab needs {NEEDED}, which is not installed", hint=INSTALL_HINT) from exc
+if int(cryptography_version.split(".")[0]) < 42:  # not_valid_after_utc is from 42
+    raise LabError(f"the lab needs {NEEDED}, not {cryptography_version}", hint=INSTALL_HINT)
 
 VALIDITY = dt.timedelta(days=365)
 
