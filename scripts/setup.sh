@@ -29,7 +29,7 @@ fi
 stamp=.venv/.dflashops-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # this machine kind's pip config names local indexes that may be absent: drop that noise only
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 |
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,lab]' 2>&1 |
     { grep -v "is ignored: it is neither a file nor a directory" || true; }
   touch "$stamp"
 fi
