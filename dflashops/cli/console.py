@@ -24,12 +24,14 @@ taken as a choice: then the stream's encoding decides.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.file_proxy import FileProxy
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -75,16 +77,19 @@ _COERCED_CTYPES = frozenset({"C.UTF-8", "C.utf8", "UTF-8"})
 
 def make_console(stderr: bool = False) -> FittingConsole:
     """A console on stdout (or stderr) with the width and encoding this module describes."""
-    stream: Any = sys.stderr if stderr else sys.stdout
-    stream = getattr(stream, "rich_proxied_file", stream)  # under a live display: the real one
-    encoding = str(getattr(stream, "encoding", None) or "utf-8")
+    # None: Python started with that descriptor closed (rich then writes nowhere)
+    stream: IO[str] | None = sys.stderr if stderr else sys.stdout
+    if isinstance(stream, FileProxy):  # under a live display: the stream it stands for
+        stream = stream.rich_proxied_file
+    # a StringIO has no encoding (None): it takes any text, as UTF-8 does
+    encoding = (stream.encoding if isinstance(stream, io.TextIOBase) else None) or "utf-8"
     ascii_output = ascii_only(encoding, os.environ, c_locale_at_start=bool(sys.flags.utf8_mode))
     is_tty = _isatty(stream)
     console = FittingConsole(
         stderr=stderr,
         # IO[str] is a nominal type that a small writer cannot declare without two dozen
         # methods it does not need; rich only writes, flushes and asks isatty/encoding.
-        file=cast(IO[str], AsciiWriter(stream)) if ascii_output else None,
+        file=cast(IO[str], AsciiWriter(stream)) if ascii_output and stream is not None else None,
         width=output_width(is_tty, os.environ),
     )
     console.table_width = table_width(is_tty, os.environ)
@@ -134,10 +139,9 @@ def _names_utf8(codeset: str) -> bool:
     return codeset.lower().replace("-", "").replace("_", "") == "utf8"
 
 
-def _isatty(stream: Any) -> bool:
-    isatty = getattr(stream, "isatty", None)
+def _isatty(stream: IO[str] | None) -> bool:
     try:
-        return bool(isatty()) if callable(isatty) else False
+        return stream is not None and stream.isatty()
     except ValueError:  # a closed stream
         return False
 
@@ -191,7 +195,7 @@ class FittingConsole(Console):
         finally:
             self.width = width
 
-    def _fit(self, item: Any, options: Mapping[str, Any]) -> int:
+    def _fit(self, item: object, options: Mapping[str, Any]) -> int:
         """The narrowest width at which ``item`` keeps every word whole (tables are laid out)."""
         if isinstance(item, Group):
             return max((self._fit(part, options) for part in item.renderables), default=0)
