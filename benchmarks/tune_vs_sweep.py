@@ -2,7 +2,8 @@
 
 Run on demand, with the lab up and lab-ct1 provisioned::
 
-    .venv/bin/dflashops lab up && .venv/bin/dflashops provision lab-ct1 --yes
+    .venv/bin/dflashops lab up
+    .venv/bin/dflashops -i ~/.local/state/dflashops/lab/inventory.yaml provision lab-ct1 --yes
     .venv/bin/python benchmarks/tune_vs_sweep.py [--passes 2] [--tunes 3] [--benches 12]
 
 The sweep launches real vLLM (CPU) at every k in [k-min, k-max] and benches it, ``--passes``
