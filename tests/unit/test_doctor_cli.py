@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from dflashops.cli import cli
+from dflashops.cli.console import PIPE_TABLE_WIDTH
 from dflashops.cli.doctor import _show
 from dflashops.doctor.core import report_from
 from dflashops.doctor.facts import Acceptance, DoctorFacts, DrafterFacts
@@ -37,8 +38,9 @@ def test_unknown_inventory_is_bad_input(tmp_path: Path) -> None:
 
 
 def test_the_ranked_table_keeps_keys_and_commands_whole_in_a_pipe(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
     guessed = json.loads(
         (FIXTURES / "drafter/qwen36-27b-dflash-guessed/config.json").read_text(encoding="utf-8")
     )
@@ -65,9 +67,14 @@ def test_the_ranked_table_keeps_keys_and_commands_whole_in_a_pipe(
         lines[0]
         == "gpu-ct7: vllm==0.32.0, dflash k=4 acceptance length 1.02 [0.02, 0.00, 0.00, 0.00]"
     )
-    row = next(line for line in lines if "drafter config mismatch" in line)
-    assert "critical" in row and "dflashops drafter push gpu-ct7 && dflashops launch gpu-ct7" in row
-    assert any("dflash_config.target_layer_ids: [2, 17, 32, 47, 62]" in line for line in lines)
+    # a pipe lays the table out to 120 columns: its cells wrap at spaces, never inside a word
+    rows = [line.split("│")[1:-1] for line in lines if line.startswith("│")]
+    assert rows[0][1].strip() == "critical" and "drafter config mismatch" in rows[0][2]
+    fix = " ".join(row[4].strip() for row in rows if row[4].strip())
+    assert fix == "dflashops drafter push gpu-ct7 && dflashops launch gpu-ct7"
+    evidence = " ".join(row[3].strip() for row in rows)
+    assert "dflash_config.target_layer_ids: [2, 17, 32, 47, 62]" in evidence
+    assert all(len(line) <= PIPE_TABLE_WIDTH for line in lines if line[:1] in "┏┃┡│└")
     assert "not checked: roofline: the server runs on cpu: no GPU roofline" in out
 
 
