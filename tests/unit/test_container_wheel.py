@@ -4,6 +4,8 @@ operator's machine only, and a container must not carry its 7.7k lines, schema a
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -51,6 +53,48 @@ def test_the_container_wheel_has_no_lab(wheel: LocalWheel) -> None:
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     # the lab offers its registry entry through an entry point: the wheel must not name it
     assert "dflashops.lab" not in zipfile.ZipFile(wheel.path).read(entry_points).decode()
+
+
+# a container never runs the CLI's lab commands; `lab demo`'s view imports the lab's report
+CLI_OF_THE_LAB = "dflashops/cli/lab"
+IMPORT_ALL = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+import dflashops
+print(dflashops.__file__)
+print(sorted(name for name in sys.modules if name.startswith("dflashops.lab")))
+"""
+
+
+def test_what_a_container_runs_needs_no_lab(wheel: LocalWheel, tmp_path: Path) -> None:
+    """Every module of the wheel imports from the wheel alone (the bundled server, the training
+    stages, the validator…), and ``python -m`` of the server and the training stages starts."""
+    names = zipfile.ZipFile(wheel.path).namelist()
+    zipfile.ZipFile(wheel.path).extractall(tmp_path / "wheel")
+    modules = sorted(
+        ".".join(Path(name).with_suffix("").parts).removesuffix(".__init__")
+        for name in names
+        if name.endswith(".py")
+        and not name.startswith(CLI_OF_THE_LAB)
+        and not name.endswith("__main__.py")  # runs the CLI
+    )
+    env = {"PYTHONPATH": str(tmp_path / "wheel"), "PATH": "/usr/bin:/bin"}
+
+    def python(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, *args]
+        return subprocess.run(
+            argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+        )
+
+    done = python("-c", IMPORT_ALL, *modules)
+    assert done.returncode == 0, done.stderr
+    where, lab_modules = done.stdout.splitlines()
+    assert Path(where).is_relative_to(tmp_path / "wheel")
+    assert lab_modules == "[]"
+    for main in ("dflashops.server", "dflashops.training"):
+        started = python("-m", main, "--help")
+        assert started.returncode == 0, started.stderr
 
 
 def test_a_lab_edit_keeps_the_same_wheel(
