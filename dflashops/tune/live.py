@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from pydantic import ValidationError
 from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport
 from dflashops.bench.settings import BenchSettings
-from dflashops.deployment.access import connect
+from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.deployment.playbooks import playbook_for_container
 from dflashops.errors import TuneInputError
 from dflashops.inventory.load import Inventory
@@ -37,6 +38,7 @@ from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
 from dflashops.progress import Say, quiet
 from dflashops.pydantic_errors import first_error_line
+from dflashops.remote import SshConnection
 from dflashops.roofline.request import RooflineRequest
 from dflashops.tune.k_ceiling import dflash_k_ceiling
 from dflashops.tune.model import TuneResult, TuneSettings
@@ -180,13 +182,18 @@ class LiveTuneReport:
 
 
 def live_tune(
-    inventory: Inventory, request: LiveTuneRequest, *, say: Say | None = None
+    inventory: Inventory,
+    request: LiveTuneRequest,
+    *,
+    say: Say | None = None,
+    access: ContainerAccess | None = None,
 ) -> LiveTuneReport:
     """Run the loop against the container's real server, then write k* into the playbook file
     (``request.write_playbook=False``: only report the change).
 
     The playbook is read once; each probe launches a copy of it at its k. A playbook whose k
-    line cannot be edited fails here, before the first launch."""
+    line cannot be edited fails here, before the first launch. Every launch and bench goes over
+    one connection: ``access`` (the caller's, left open) or one opened here."""
     tell = say or quiet
     path = playbook_for_container(request.container, request.playbook)
     book = load_playbook(path)
@@ -198,15 +205,18 @@ def live_tune(
         )
     # k* is written by a one-line edit: a playbook without exactly one k line fails now
     k_line_change(path.read_text(encoding="utf-8"), current_k)
-    plan = TunePlan(
-        settings=_within_drafter(
-            inventory, request.container, book, _settings(request, book, path), tell
-        ),
-        budget=request.budget if request.budget is not None else book.tune.budget,
-        current_k=current_k,
-    )
-    steps = _ContainerSteps(inventory, request, book, tell)
-    outcome = run_live_tune(plan, steps.launch, steps.measure, tell)
+    settings = _settings(request, book, path)
+    with ExitStack() as stack:
+        if access is None:
+            access = connect(inventory, request.container)
+            stack.enter_context(access)
+        plan = TunePlan(
+            settings=_within_drafter(access.conn, book, settings, tell),
+            budget=request.budget if request.budget is not None else book.tune.budget,
+            current_k=current_k,
+        )
+        steps = _ContainerSteps(inventory, request, book, tell, access)
+        outcome = run_live_tune(plan, steps.launch, steps.measure, tell)
     text = path.read_text(encoding="utf-8")
     change = k_line_change(text, outcome.best_k)
     if request.write_playbook and change is not None:
@@ -248,11 +258,10 @@ def _settings(request: LiveTuneRequest, book: Playbook, path: Path) -> TuneSetti
 
 
 def _within_drafter(
-    inventory: Inventory, container: str, book: Playbook, settings: TuneSettings, say: Say
+    conn: SshConnection, book: Playbook, settings: TuneSettings, say: Say
 ) -> TuneSettings:
     """``settings`` with ``k_max`` at most what the container's DFlash drafter can serve."""
-    with connect(inventory, container) as conn:
-        ceiling = dflash_k_ceiling(conn, book)
+    ceiling = dflash_k_ceiling(conn, book)
     if ceiling is None or settings.k_max <= ceiling:
         return settings
     if settings.k_min > ceiling:
@@ -270,9 +279,15 @@ class _ContainerSteps:
     in memory (and saved to ``probe_dir`` when the request names one)."""
 
     def __init__(
-        self, inventory: Inventory, request: LiveTuneRequest, book: Playbook, say: Say
+        self,
+        inventory: Inventory,
+        request: LiveTuneRequest,
+        book: Playbook,
+        say: Say,
+        access: ContainerAccess,
     ) -> None:
         self.inventory = inventory
+        self.access = access
         self.request = request
         self.book = book
         self.say = say
@@ -285,7 +300,11 @@ class _ContainerSteps:
 
     def launch(self, k: int) -> None:
         launch(
-            self.inventory, self.request.container, playbook_at_k(self.book, k), progress=self.say
+            self.inventory,
+            self.request.container,
+            playbook_at_k(self.book, k),
+            progress=self.say,
+            access=self.access,
         )
 
     def measure(self, k: int) -> TuneRun:
@@ -299,6 +318,7 @@ class _ContainerSteps:
             settings,
             progress=self.say,
             roofline=RooflineRequest(),
+            connection=self.access.conn,
         )
         self.reports.append(report)
         origin = f"probe {len(self.reports)}"

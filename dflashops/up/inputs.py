@@ -12,10 +12,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from dflashops.deployment.access import connect
 from dflashops.errors import DflashopsError
-from dflashops.inventory.load import Inventory
 from dflashops.playbook.models import Playbook
+from dflashops.remote import SshConnection
 from dflashops.up.plan import short_digest
 
 # the start of each weights file stands for its content: a drafter retrained or swapped differs
@@ -39,8 +38,8 @@ def tune_asked(playbook: Playbook) -> bool:
     return "tune" in playbook.model_fields_set and playbook.drafter.method != "none"
 
 
-def drafter_fingerprint(inventory: Inventory, container: str, playbook: Playbook) -> DrafterFiles:
-    """Read the drafter's fingerprint in ``container`` (nothing when the method has no files)."""
+def drafter_fingerprint(conn: SshConnection, container: str, playbook: Playbook) -> DrafterFiles:
+    """Read the drafter's fingerprint over ``conn`` (nothing when the method has no files)."""
     model = playbook.drafter.model
     if model is None:
         return DrafterFiles(None, None, f"method {playbook.drafter.method} has no drafter files")
@@ -51,8 +50,7 @@ def drafter_fingerprint(inventory: Inventory, container: str, playbook: Playbook
         f'printf "%s " "$f" && head -c {WEIGHTS_PREFIX_BYTES} -- "$f" | sha256sum; done; true'
     )
     try:
-        with connect(inventory, container) as conn:
-            result = conn.run(script, ok_codes=None)
+        result = conn.run(script, ok_codes=None)
     except DflashopsError as exc:
         return DrafterFiles(None, None, f"{container} not reachable: {exc.one_line()}")
     if not result.ok:

@@ -20,7 +20,6 @@ class UpRequest(BaseModel):
     containers: tuple[str, ...] = Field((), description="-c: run each playbook on these instead")
     dry_run: bool = False
     from_step: str | None = Field(None, description="--from: redo from this step on")
-    until: str | None = Field(None, description="stop after this step (the lab demo)")
     parallel: int = Field(DEFAULT_PARALLEL, ge=1, le=64)
     fix_drafter: bool = False
     force: bool = False
@@ -30,8 +29,3 @@ class UpRequest(BaseModel):
     @classmethod
     def _from_is_a_step(cls, value: str | None) -> str | None:
         return check_step(value, "--from")
-
-    @field_validator("until")
-    @classmethod
-    def _until_is_a_step(cls, value: str | None) -> str | None:
-        return check_step(value, "until")

@@ -4,21 +4,30 @@ Each pair runs in its own thread (up to ``parallel`` at once); a pair's failure 
 never stops the others. Ctrl-C sets a stop flag: every pair finishes the step it is in (a launch
 that fails meanwhile rolls back as ``launch`` does) and stops before its next one; the record
 says where, and the next ``up`` continues there.
+
+A pair reaches its container through one connection for the whole run (one PVE managed check),
+opened when first needed: after ``provision`` when that runs. The step functions, the connect
+function and the drafter fingerprint are :class:`UpParts`, so the runner's resume, Ctrl-C and
+isolation are tested with injected steps (tests/unit/test_up_runner.py); a run that stops after
+a step (the lab demo) passes a shorter step table (:func:`~dflashops.up.steps.steps_until`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.errors import DflashopsError, PlaybookError
 from dflashops.inventory.load import Inventory
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
+from dflashops.remote import SshConnection
 from dflashops.up.inputs import DrafterFiles, drafter_fingerprint, step_inputs
 from dflashops.up.outcome import PairResult, UpResult
 from dflashops.up.plan import (
@@ -39,10 +48,27 @@ from dflashops.up.record import (
     save_record,
 )
 from dflashops.up.request import UpRequest
-from dflashops.up.steps import STEP_FUNCTIONS, PairWork, StepRefused
+from dflashops.up.steps import STEP_FUNCTIONS, PairWork, StepFunction, StepRefused
 
 # (pair, step or "", message): one line of a pair's progress
 Event = Callable[[str, str, str], None]
+NOT_READ = DrafterFiles(None, None, "not read: provision runs first")
+
+
+@dataclass(frozen=True)
+class UpParts:
+    """What a run is made of: the step functions (a shorter table stops after its last step),
+    how a pair reaches its container, and how the drafter's files are read there."""
+
+    steps: Mapping[str, StepFunction] = field(default_factory=lambda: dict(STEP_FUNCTIONS))
+    connect: Callable[[Inventory, str], ContainerAccess] = connect
+    fingerprint: Callable[[SshConnection, str, Playbook], DrafterFiles] = drafter_fingerprint
+
+    @property
+    def until(self) -> str | None:
+        """The last step of a table that leaves later steps out (None: the whole loop)."""
+        asked = [step for step in STEPS if step in self.steps]
+        return asked[-1] if len(asked) < len(STEPS) else None
 
 
 @dataclass(frozen=True)
@@ -78,14 +104,18 @@ def run_up(
     *,
     on_event: Event | None = None,
     stop: threading.Event | None = None,
+    parts: UpParts | None = None,
 ) -> UpResult:
     """Plan (``dry_run``) or run every pair; Ctrl-C stops them at a safe point (module doc)."""
     pairs = resolve_pairs(inventory, request)
     tell = on_event or (lambda _p, _s, _m: None)
     stop = stop or threading.Event()
+    parts = parts or UpParts()
     result = UpResult(pairs=[], state_dir=request.state_dir, dry_run=request.dry_run)
     if request.dry_run:
-        result.pairs = [_PairRun(inventory, request, pair, tell).plan_only() for pair in pairs]
+        result.pairs = [
+            _PairRun(inventory, request, pair, tell, parts).plan_only() for pair in pairs
+        ]
         return result
     node_locks = {(p.cluster, p.node): threading.Lock() for p in pairs}
     plot_lock = threading.Lock()
@@ -95,6 +125,7 @@ def run_up(
             request,
             pair,
             tell,
+            parts,
             node_lock=node_locks[(pair.cluster, pair.node)],
             plot_lock=plot_lock,
         )
@@ -124,11 +155,15 @@ class _PairRun:
         request: UpRequest,
         pair: Pair,
         tell: Event,
+        parts: UpParts,
         *,
         node_lock: threading.Lock | None = None,
         plot_lock: threading.Lock | None = None,
     ) -> None:
         self.inventory, self.request, self.pair, self.tell = inventory, request, pair, tell
+        self.parts = parts
+        self.connections = ExitStack()
+        self.opened: ContainerAccess | None = None
         self.state = request.state_dir
         self.record = load_record(self.state, pair.id) or PairRecord(
             pair=pair.id,
@@ -145,24 +180,49 @@ class _PairRun:
         self.own: dict[str, dict[str, str]] = {}
         self.locks = (node_lock or threading.Lock(), plot_lock or threading.Lock())
 
-    def _refresh(self) -> None:
-        """Read the drafter's files in the container and digest every step's inputs."""
-        self.files = drafter_fingerprint(self.inventory, self.pair.container, self.pair.playbook)
+    def access(self) -> ContainerAccess:
+        """The pair's one connection (and PVE's one check that the container is ours)."""
+        if self.opened is None:
+            opened = self.parts.connect(self.inventory, self.pair.container)
+            self.connections.enter_context(opened)
+            self.opened = opened
+        return self.opened
+
+    def _read_files(self) -> DrafterFiles:
+        try:
+            conn = self.access().conn
+        except DflashopsError as exc:
+            return DrafterFiles(None, None, f"{self.pair.container}: {exc.one_line()}")
+        return self.parts.fingerprint(conn, self.pair.container, self.pair.playbook)
+
+    def _refresh(self, files: DrafterFiles | None = None) -> None:
+        """Digest every step's inputs, the drafter's files read in the container unless given."""
+        self.files = files if files is not None else self._read_files()
         inputs = step_inputs(self.container_doc, self.pair.playbook, self.files)
         self.digests = chain_digests(inputs)
         self.own = {step: input_digests(inputs[step]) for step in STEPS}
 
-    def _plan(self) -> list[PlannedStep]:
-        self.tell(self.pair.id, "", "reading the drafter's files and the run record")
-        self._refresh()
+    def _plan_with(self) -> list[PlannedStep]:
         return plan_pair(
             self.record if self.record.steps else None,
             self.digests,
             self.own,
             from_step=self.request.from_step,
-            until=self.request.until,
+            until=self.parts.until,
             force=self.request.force,
         )
+
+    def _plan(self) -> list[PlannedStep]:
+        self.tell(self.pair.id, "", "reading the run record")
+        # a provision that runs reruns every step after it: the container need not be read yet
+        # (it may not exist), and the digests are taken again once it is there
+        self._refresh(NOT_READ)
+        plan = self._plan_with()
+        if plan[0].action == "run":
+            return plan
+        self.tell(self.pair.id, "", "reading the drafter's files")
+        self._refresh()
+        return self._plan_with()
 
     def _result(self, plan: list[PlannedStep]) -> PairResult:
         return PairResult(
@@ -174,13 +234,18 @@ class _PairRun:
         )
 
     def plan_only(self) -> PairResult:
-        result = self._result(self._plan())
+        with self.connections:
+            result = self._result(self._plan())
         result.last_step = next((p.step for p in reversed(result.plan) if p.action == "run"), None)
         if self.files.note and self.pair.playbook.drafter.model is not None:
             result.notes.append(self.files.note)
         return result
 
     def run(self, stop: threading.Event) -> PairResult:
+        with self.connections:  # the pair's connection closes with its run
+            return self._run(stop)
+
+    def _run(self, stop: threading.Event) -> PairResult:
         try:
             plan = self._plan()
         except Exception as exc:  # e.g. an unreadable record: this pair fails, the rest go on
@@ -201,6 +266,7 @@ class _PairRun:
             record=self.record,
             run_dir=pair_dir(self.state, self.pair.id),
             say=lambda message: None,
+            access=self.access,
             fix_drafter=self.request.fix_drafter,
             force=self.request.force,
             drafter_files=self.files,
@@ -224,7 +290,7 @@ class _PairRun:
             if not self._step(planned.step, work, result):
                 result.outcome = "failed"
                 return result
-        result.outcome = "stopped" if self.request.until else "done"
+        result.outcome = "stopped" if self.parts.until else "done"
         self.tell(self.pair.id, "", result.line())
         return result
 
@@ -238,9 +304,11 @@ class _PairRun:
         self.tell(pid, step, "starting")
         entry = StepRecord(status="ok", started_at=started)
         try:
-            entry.summary, entry.outputs = STEP_FUNCTIONS[step](work)
+            entry.summary, output = self.parts.steps[step](work)
+            entry.outputs = output.to_record()
         except StepRefused as exc:
-            entry.status, entry.error, entry.outputs = "failed", exc.one_line(), exc.outputs
+            entry.status, entry.error = "failed", exc.one_line()
+            entry.outputs = exc.output.to_record()
         except DflashopsError as exc:
             entry.status, entry.error = "failed", exc.one_line()
         except Exception as exc:  # a bug or a library's error: this pair fails, the rest go on

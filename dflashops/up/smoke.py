@@ -4,13 +4,13 @@ counters, before a whole benchmark is spent on a server that does not answer or 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import httpx
 
 from dflashops.deployment.api_key import server_api_key
 from dflashops.metrics.spec_decode import SpecDecodeCounters
 from dflashops.playbook.models import Playbook
+from dflashops.up.outputs import SmokeOutput, SpecDecodeCounts
 from dflashops.up.record import UpError
 
 SMOKE_PROMPT = "Explain the theory of general relativity in detail."
@@ -18,7 +18,7 @@ SMOKE_MAX_TOKENS = 48
 SMOKE_TIMEOUT_S = 120.0
 
 
-def smoke_request(endpoint: str, playbook: Playbook) -> dict[str, Any]:
+def smoke_request(endpoint: str, playbook: Playbook) -> SmokeOutput:
     """Send the request (temperature 0); the reply, its usage and the counters after it."""
     base = endpoint.rstrip("/")
     if not base.endswith("/v1"):
@@ -43,7 +43,7 @@ def smoke_request(endpoint: str, playbook: Playbook) -> dict[str, Any]:
             f"smoke request to {base}: {type(exc).__name__}: {exc}",
             hint="see the server log: `dflashops logs NAME`",
         ) from None
-    out: dict[str, Any] = {"reply": content, "usage": dict(data.get("usage") or {})}
+    out = SmokeOutput(reply=content, usage=dict(data.get("usage") or {}))
     # vLLM exposes spec-decode counters; SGLang has none to check
     if playbook.drafter.method != "none" and playbook.engine.name == "vllm":
         counters = SpecDecodeCounters.from_scrape(metrics)
@@ -52,9 +52,9 @@ def smoke_request(endpoint: str, playbook: Playbook) -> dict[str, Any]:
                 f"the server at {base} exposes no vllm:spec_decode_* counters: speculation is off",
                 hint="check the launch's --speculative-config (`dflashops status NAME`)",
             )
-        out["spec_decode"] = {
-            "num_drafts": counters.num_drafts,
-            "draft_tokens": counters.num_draft_tokens,
-            "accepted_tokens": counters.num_accepted_tokens,
-        }
+        out.spec_decode = SpecDecodeCounts(
+            num_drafts=counters.num_drafts,
+            draft_tokens=counters.num_draft_tokens,
+            accepted_tokens=counters.num_accepted_tokens,
+        )
     return out

@@ -9,6 +9,7 @@ from typing import Any
 from dflashops.bench.models import BenchReport
 from dflashops.report.bench_view import label_reports
 from dflashops.report.plots import write_plots
+from dflashops.up.outputs import BenchNumbers, TuneOutput
 from dflashops.up.plan import STEPS
 from dflashops.up.record import PairRecord
 
@@ -18,15 +19,14 @@ PLOTS_DIR = "plots"
 
 def headline(record: PairRecord) -> dict[str, Any]:
     """tok/s, acceptance length and k the pair ends with: tuned when tune ran, else the bench."""
-    for step in ("tune", "bench"):
-        done = record.step(step)
-        if done and done.status == "ok" and done.outputs.get("output_throughput") is not None:
-            out = done.outputs
+    for kind in (TuneOutput, BenchNumbers):
+        out = kind.find(record)
+        if out is not None and out.output_throughput is not None:
             return {
-                "output_throughput": out.get("output_throughput"),
-                "spec_decode_acceptance_length": out.get("spec_decode_acceptance_length"),
-                "k": out.get("k"),
-                "from": step,
+                "output_throughput": out.output_throughput,
+                "spec_decode_acceptance_length": out.spec_decode_acceptance_length,
+                "k": out.k,
+                "from": kind.step,
             }
     return {}
 
@@ -34,9 +34,8 @@ def headline(record: PairRecord) -> dict[str, Any]:
 def write_run_report(record: PairRecord, run_dir: Path) -> list[Path]:
     """Plots of the bench and tune reports, then ``summary.md``; returns the files written."""
     loaded = []
-    for step in ("bench", "tune"):
-        done = record.step(step)
-        name = (done.outputs.get("file") or done.outputs.get("report")) if done else None
+    bench, tune = BenchNumbers.find(record), TuneOutput.find(record)
+    for name in (bench.file if bench else None, tune.report if tune else None):
         if name and Path(name).is_file():
             loaded.append((Path(name), BenchReport.load(Path(name))))
     plots = write_plots(label_reports(loaded), run_dir / PLOTS_DIR) if loaded else []
