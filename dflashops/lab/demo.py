@@ -160,20 +160,25 @@ class _UpRuns:
         self.report, self.say = report, say
         self.pair_say = pair_say or (lambda _pair, message: say(message))
 
-    def _up(self, label: str, containers: tuple[str, ...], **options: Any) -> Any:
+    def _up(
+        self, label: str, containers: tuple[str, ...], until: str | None = None, **options: Any
+    ) -> Any:
         from dflashops.up.request import UpRequest
-        from dflashops.up.runner import run_up
+        from dflashops.up.runner import UpParts, run_up
+        from dflashops.up.steps import steps_until
 
         request = UpRequest(
             playbooks=(self.book,), containers=containers, state_dir=self.state, **options
         )
+        # the demo's runs that stop early (after provision, after bench) run a shorter table
+        parts = UpParts(steps=steps_until(until)) if until else UpParts()
 
         def event(pair: str, step: str, message: str) -> None:
             line = f"up ({label}) {pair} [{step}] {message}" if step else f"{pair}: {message}"
             self.pair_say(pair, line)
 
         self.say(f"up ({label}) on {', '.join(containers)}")
-        result = run_up(self.inventory, request, on_event=event)
+        result = run_up(self.inventory, request, on_event=event, parts=parts)
         if result.interrupted:
             raise LabError("interrupted", hint="`dflashops lab demo` again replays the incident")
         for pair in result.pairs:
