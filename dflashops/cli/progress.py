@@ -94,7 +94,9 @@ def live_progress(console: Console, *, bars: bool = False) -> Progress:
 
     # rich's default spinner is braille; "line" spins with ASCII characters
     frames = "line" if console.options.ascii_only else "dots"
-    columns: list[ProgressColumn] = [SpinnerColumn(frames), TextColumn("{task.description}")]
+    # a step's text is the core's plain words: "pair [launch] ..." is no markup tag
+    text = TextColumn("{task.description}", markup=False)
+    columns: list[ProgressColumn] = [SpinnerColumn(frames), text]
     if bars:
         columns += [
             BarColumn(),
