@@ -18,7 +18,7 @@ from pathlib import Path
 class DflashopsError(Exception):
     """Root of every error dflashops raises on purpose."""
 
-    #: the CLI exit status for this error (1 failed, 2 usage or bad input; README "Exit codes")
+    #: the CLI exit status for this error (1 failed, 2 usage or bad input; docs/reference.md)
     cli_exit_code = 1
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:

@@ -52,7 +52,7 @@ READ_FORMATS = (
 class UnrecognizedLogError(ParseError):
     """The file holds none of the lines parse-log reads: not a server log, or stats turned off."""
 
-    cli_exit_code = 2  # invalid input (README "Exit codes"), like an unreadable inventory
+    cli_exit_code = 2  # invalid input (docs/reference.md), like an unreadable inventory
 
 
 #: longest line kept; a window line is a few hundred characters, the rest of a longer one is

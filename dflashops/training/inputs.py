@@ -44,7 +44,7 @@ def train_section(book: Playbook, path: Path) -> Train:
             "the playbook has no train: section",
             source=str(path),
             key="train",
-            hint="add one (README: Training a drafter); `playbook show` prints the result",
+            hint="add one (docs/training.md); `playbook show` prints the result",
         )
     return book.train
 
