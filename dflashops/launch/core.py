@@ -37,7 +37,7 @@ from dflashops.launch.judge import DrafterJudgement, judge_drafter
 from dflashops.launch.launch_plan import LaunchPlan, plan_group, plan_restart, plan_single
 from dflashops.launch.model_copies import compare_members
 from dflashops.launch.placement import resolve_members
-from dflashops.launch.readiness import serve_wait
+from dflashops.launch.readiness import deployed_wait
 from dflashops.launch.report import LaunchRefused, LaunchReport
 from dflashops.playbook.models import Playbook
 from dflashops.progress import Say, quiet
@@ -253,14 +253,7 @@ def await_serving(
         )
     # from the log's start: a loading server's last line says how far it got
     watch = lifecycle.Watcher(access.conn, layout, state.server_pid, state.events_size, 0)
-    result = serve_wait(
-        watch,
-        manifest.endpoint,
-        manifest.served_model_name,
-        api_key,
-        timeout_s=timeout_s,
-        progress=progress,
-    )
+    result = deployed_wait(watch, manifest, api_key, timeout_s=timeout_s, progress=progress)
     if not result.ready:
         detail = result.last.detail if result.last and result.last.detail else result.phase
         raise ServerError(

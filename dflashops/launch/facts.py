@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dflashops.deployment.layout import Layout
 from dflashops.deployment.manifest import DeployedManifest, read_manifest
@@ -93,14 +93,9 @@ def read_host(
 ) -> HostFacts:
     """Everything a launch plans from in container ``name`` (four SSH commands)."""
     wanted = engine_venv.VenvWanted(playbook.engine, wheel, layout)
-    paths = launch_paths(layout)
-    return HostFacts(
-        name=name,
-        address=address,
-        layout=layout,
-        state=lifecycle.run_state(conn, layout),
-        manifest=read_manifest(conn, layout),
-        files=remote_shas(conn, paths),
+    return replace(
+        read_deployed(conn, name, address, layout),
+        files=remote_shas(conn, launch_paths(layout)),
         venv_wanted=wanted,
         venv=engine_venv.probe(conn, wanted),
     )

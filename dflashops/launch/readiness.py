@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dflashops.deployment.manifest import DeployedManifest
 from dflashops.progress import Say
 
 HEALTH_TIMEOUT_S = 3.0
@@ -239,3 +240,22 @@ def serve_wait(
         return wait_ready(process, prober, model=model, timeout_s=timeout_s, progress=progress)
     finally:
         prober.close()
+
+
+def deployed_wait(
+    process: Callable[[], ProcessView],
+    manifest: DeployedManifest,
+    api_key: str | None,
+    *,
+    timeout_s: float,
+    progress: Say | None = None,
+) -> ReadinessResult:
+    """:func:`serve_wait` for the server a manifest describes (its endpoint and model)."""
+    return serve_wait(
+        process,
+        manifest.endpoint,
+        manifest.served_model_name,
+        api_key,
+        timeout_s=timeout_s,
+        progress=progress,
+    )

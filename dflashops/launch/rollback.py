@@ -11,7 +11,7 @@ from dflashops.deployment.manifest import write_manifest
 from dflashops.errors import DflashopsError
 from dflashops.launch import lifecycle
 from dflashops.launch.facts import HostFacts
-from dflashops.launch.readiness import Phase, ReadinessResult, serve_wait
+from dflashops.launch.readiness import Phase, ReadinessResult, deployed_wait
 from dflashops.progress import Say
 from dflashops.remote import PutResult, SshConnection
 
@@ -67,14 +67,7 @@ def restart_previous(
         return True
     watch = lifecycle.Watcher(conn, facts.layout, pid, before.events_size, before.log_size)
     try:
-        result = serve_wait(
-            watch,
-            manifest.endpoint,
-            manifest.served_model_name,
-            api_key,
-            timeout_s=timeout_s,
-            progress=say,
-        )
+        result = deployed_wait(watch, manifest, api_key, timeout_s=timeout_s, progress=say)
     except DflashopsError:
         return False
     if result.ready:

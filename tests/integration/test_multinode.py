@@ -15,6 +15,7 @@ cleans both.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -29,6 +30,7 @@ import pytest
 from dflashops.bench.entry import run_bench
 from dflashops.bench.request import BenchRequest, SettingsRequest
 from dflashops.deployment.managed import confirm_managed
+from dflashops.deployment.manifest import read_manifest
 from dflashops.doctor.members import gather_placement
 from dflashops.launch.control import stop_server
 from dflashops.launch.core import launch
@@ -177,6 +179,16 @@ def test_one_model_across_two_containers(lab: MultiLab, vllm_slot: None) -> None
     # launching it again changes nothing on any member
     same = launch(lab.inventory, HEAD, book, timeout_s=400)
     assert same.action == "unchanged" and same.pid == report.pid
+    # every member's manifest is the one launch core's: what its own preflight added, and the
+    # drafter judgement (clean: nothing forced)
+    for name in (HEAD, WORKER):
+        with lab.conn(name) as conn:
+            manifest = read_manifest(conn)
+            preflight = json.loads(conn.run("cat /var/lib/dflashops/preflight.json").stdout)
+        assert manifest is not None and manifest.container == name
+        assert manifest.exec_env == preflight.get("exec_env", {})
+        assert manifest.nccl_p2p_disable == bool(preflight.get("nccl_p2p_disable"))
+        assert manifest.drafter_validation == "clean" and not manifest.forced
 
     # bench on the head, as `dflashops bench lab-ct1 -p lab-multinode`: the drafter drafts
     bench = run_bench(
