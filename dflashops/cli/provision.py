@@ -11,9 +11,9 @@ from dflashops.cli.context import AppContext, dump_json
 from dflashops.cli.progress import spinner
 
 if TYPE_CHECKING:
-    from pydantic import JsonValue
     from rich.console import Console
 
+    from dflashops.deployment.server_view import GroupView
     from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult
     from dflashops.proxmox.report import ContainerReport, ProvisionReport
     from dflashops.proxmox.rows import Row
@@ -210,45 +210,41 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
         raise failure
 
 
-def _placement_cell(view: dict[str, JsonValue]) -> str:
+def _placement_cell(view: GroupView) -> str:
     """``worker rank 1 of 2, group serving`` and one line per member that is not fine."""
-    from dflashops.proxmox.lifecycle import json_object
-
-    role = "head" if view.get("role") == "head" else f"worker rank {view.get('rank')}"
-    text = f"{role} of {view.get('nodes')} ({view.get('playbook')}), group {view.get('health')}"
-    listed = view.get("members")
-    for member in (json_object(m) for m in listed) if isinstance(listed, list) else ():
-        if member.get("running") is None:
+    role = "head" if view.role == "head" else f"worker rank {view.rank}"
+    text = f"{role} of {view.nodes} ({view.playbook}), group {view.health}"
+    for member in view.members:
+        if member.running is None:
             state = "unreachable"
-        elif not member.get("running"):
+        elif not member.running:
             state = "not running"
         else:
             continue
-        text += f"\n{member.get('name')} ({member.get('role')}): {state}"
+        text += f"\n{member.name} ({member.role}): {state}"
     return text
 
 
 def _server_cell(entry: ContainerStatus) -> str:
     """``vllm 0.32.0 dflash k=4, up 5m, http://…/v1`` or why not."""
     server = entry.server
-    if not server:
+    if server is None:
         return "-"
-    if server.get("problem"):
-        return str(server["problem"])
-    placement = entry.placement()
+    if server.problem:
+        return server.problem
+    placement = server.placement
     group = f"\n{_placement_cell(placement)}" if placement else ""
-    if not server.get("running"):
-        return ("deployed, not running" if server.get("deployed") else "none") + group
-    spec = f"{server.get('method') or 'none'}"
-    if server.get("num_speculative_tokens"):
-        spec += f" k={server['num_speculative_tokens']}"
-    uptime = server.get("uptime_s")
-    up = f", up {uptime // 60}m" if isinstance(uptime, int) else ""
+    if not server.running:
+        return ("deployed, not running" if server.deployed else "none") + group
+    spec = server.method or "none"
+    if server.num_speculative_tokens:
+        spec += f" k={server.num_speculative_tokens}"
+    up = f", up {server.uptime_s // 60}m" if server.uptime_s is not None else ""
     # a worker serves no HTTP: the endpoint is the head's
-    endpoint = server.get("endpoint") or ""
-    if placement and placement.get("role") != "head":
+    endpoint = server.endpoint or ""
+    if placement and placement.role != "head":
         endpoint = f"(head's) {endpoint}" if endpoint else ""
-    return f"{server.get('engine')} {server.get('engine_version')} {spec}{up}\n{endpoint}" + group
+    return f"{server.engine} {server.engine_version} {spec}{up}\n{endpoint}" + group
 
 
 def _render_status(entries: list[ContainerStatus]) -> None:

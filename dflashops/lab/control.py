@@ -215,15 +215,15 @@ def _servers(paths: LabPaths, containers: list[dict[str, Any]]) -> list[dict[str
         ct = inv.container(str(name))
         probe = ContainerStatus(name=ct.name, cluster=ct.cluster, node=str(entry["node"]))
         probe.address = entry.get("address")
-        server = status_probe(inv, ct, probe) or {}
-        if server.get("running"):
+        server = status_probe(inv, ct, probe)
+        if server.running:
             found.append(
                 {
                     "container": name,
-                    "url": server.get("endpoint"),
-                    "engine": f"{server.get('engine')} {server.get('engine_version')}",
-                    "method": server.get("method"),
-                    "num_speculative_tokens": server.get("num_speculative_tokens"),
+                    "url": server.endpoint,
+                    "engine": f"{server.engine} {server.engine_version}",
+                    "method": server.method,
+                    "num_speculative_tokens": server.num_speculative_tokens,
                 }
             )
     return found

@@ -36,7 +36,7 @@ from dflashops.launch.member_hosts import write_member_hosts
 from dflashops.launch.placement import Member
 from dflashops.launch.readiness import ProcessView, ReadinessResult, serve_wait
 from dflashops.launch.report import LaunchFailed, LaunchReport
-from dflashops.launch.rollback import failure_of, restart_previous, restore
+from dflashops.launch.rollback import PreviousServer, failure_of, restart_previous, restore
 from dflashops.progress import Say, quiet
 from dflashops.remote import PutResult, SshConnection, put_files
 
@@ -337,7 +337,7 @@ class _Apply:
         self._restore_all()
         previous = None
         head = self.head
-        if single and any(r.changed for r in head.pushed):
+        if single and head.plan.facts.state.running and any(r.changed for r in head.pushed):
             # the files that served before are back: start them again (unchanged files would
             # only fail the same way)
             self.say("starting the previous server again")
@@ -368,20 +368,18 @@ class _Apply:
             cause=cause,
             log_tail=lifecycle.tail_of(text, LOG_TAIL_LINES),
             rolled_back=True,
-            previous_serving=previous,
-            endpoint=before.endpoint if previous and before else None,
+            previous_serving=previous.serving if previous else None,
+            endpoint=before.endpoint if previous and previous.serving and before else None,
             hint=hint,
         )
 
-    def _outcome(self, previous: bool | None) -> str:
+    def _outcome(self, previous: PreviousServer | None) -> str:
         head = self.head
         if self.plan.kind == "restart":
             return "the server is stopped"
-        if previous is True:
-            endpoint = head.plan.facts.manifest.endpoint if head.plan.facts.manifest else "?"
-            return f"rolled back; the previous server serves again at {endpoint}"
-        if previous is False:
-            return "rolled back, but the previous server did not come back"
+        if previous is not None:
+            before = head.plan.facts.manifest
+            return previous.outcome(before.endpoint if before else None)
         if any(r.backup for r in head.pushed):
             return "the previous files were restored (nothing was serving before)"
         return "nothing was deployed before; the new files were removed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dflashops.deployment.manifest import write_manifest
@@ -44,6 +45,19 @@ def restore(conn: SshConnection, pushed: Sequence[PutResult]) -> None:
         conn.run(" && ".join(lines), deadline=60.0, display="restore previous files")
 
 
+@dataclass(frozen=True)
+class PreviousServer:
+    """What became of the server that ran before a failed launch."""
+
+    serving: bool
+    why: str = ""  # why it did not come back
+
+    def outcome(self, endpoint: str | None) -> str:
+        if self.serving:
+            return f"rolled back; the previous server serves again at {endpoint or '?'}"
+        return f"rolled back, but the previous server did not come back ({self.why})"
+
+
 def restart_previous(
     conn: SshConnection,
     facts: HostFacts,
@@ -52,25 +66,26 @@ def restart_previous(
     api_key: str | None,
     timeout_s: float,
     say: Say,
-) -> bool | None:
-    """Start the server that ran before a failed launch again, its files put back: True when it
-    serves again (its manifest gets the new pid), False when not, None when nothing ran."""
-    if not facts.state.running:
-        return None
+) -> PreviousServer:
+    """Start the server that ran before a failed launch again, its files put back (its
+    manifest gets the new pid once it serves)."""
     try:
         before = lifecycle.run_state(conn, facts.layout)
         pid = lifecycle.start(conn, before, systemd=systemd, layout=facts.layout)
-    except DflashopsError:
-        return False
+    except DflashopsError as exc:
+        return PreviousServer(False, f"it did not start: {exc.message}")
     manifest = facts.manifest
     if manifest is None:
-        return True
+        return PreviousServer(True)
     watch = lifecycle.Watcher(conn, facts.layout, pid, before.events_size, before.log_size)
     try:
         result = deployed_wait(watch, manifest, api_key, timeout_s=timeout_s, progress=say)
-    except DflashopsError:
-        return False
-    if result.ready:
-        update = {"pid": pid, "started_at": datetime.now(UTC), "ready_in_s": result.elapsed_s}
-        write_manifest(conn, manifest.model_copy(update=update), facts.layout)
-    return result.ready
+    except DflashopsError as exc:
+        return PreviousServer(False, f"it could not be watched: {exc.message}")
+    if not result.ready:
+        message, _code = failure_of(result, timeout_s)
+        tail = lifecycle.log_tail(conn, facts.layout, before.log_size, 1)
+        return PreviousServer(False, message + (f"; its log ends: {tail[-1]}" if tail else ""))
+    update = {"pid": pid, "started_at": datetime.now(UTC), "ready_in_s": result.elapsed_s}
+    write_manifest(conn, manifest.model_copy(update=update), facts.layout)
+    return PreviousServer(True)

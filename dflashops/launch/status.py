@@ -15,15 +15,13 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from datetime import datetime
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any, Protocol
 
 from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.deployment.managed import ManagedCheck
 from dflashops.deployment.manifest import DeployedManifest, read_manifest
+from dflashops.deployment.server_view import GroupHealth, GroupView, MemberStatus, ServerStatus
 from dflashops.errors import DflashopsError, RemoteError
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import Container
@@ -34,33 +32,6 @@ from dflashops.server.argv import flag_value
 
 STATUS_DEADLINE_S = 30.0
 _MARK = "--dflashops-manifest--"
-
-
-class ServerStatus(BaseModel):
-    """The server in one container. ``running`` is the truth from the process table."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    host: str
-    deployed: bool
-    running: bool
-    pid: int | None = None
-    supervisor: str | None = None  # systemd | fallback
-    supervisor_pid: int | None = None
-    port: int | None = None
-    listening: bool = False
-    endpoint: str | None = None
-    engine: str | None = None
-    engine_version: str | None = None
-    method: str | None = None
-    num_speculative_tokens: int | None = None
-    speculative_config: dict[str, Any] | None = None
-    served_model_name: str | None = None
-    playbook: str | None = None
-    uptime_s: int | None = None
-    started_at: datetime | None = None
-    dflashops_version: str | None = None
-    problem: str | None = None  # e.g. an unreadable manifest
 
 
 def status_script(layout: Layout) -> str:
@@ -185,13 +156,24 @@ def server_status(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> Serve
     return parse_status(out.stdout, conn.host)
 
 
-def status_probe(inventory: Inventory, container: Container, entry: Any) -> dict[str, Any] | None:
+class LocatedRow(Protocol):
+    """What the probe needs of a ``status`` row: where PVE found the container."""
+
+    @property
+    def address(self) -> str | None: ...
+    @property
+    def vmid(self) -> int | None: ...
+    @property
+    def node(self) -> str: ...
+
+
+def status_probe(inventory: Inventory, container: Container, entry: LocatedRow) -> ServerStatus:
     """The :data:`~dflashops.proxmox.lifecycle.ServerProbe` for ``dflashops status``: the server
     part of one running container, or its problem when SSH fails (never raises). A placement
     member's part also carries ``placement`` (a :class:`GroupView`)."""
     host = entry.address or container.ssh_host
     if not host:
-        return {"problem": "no address to reach the container over SSH"}
+        return ServerStatus.unreachable("", "no address to reach the container over SSH")
     try:
         # the status row was just located through PVE: tag, hostname and vmid already agree
         confirmed = ManagedCheck(container.name, entry.vmid, entry.node)
@@ -206,12 +188,11 @@ def status_probe(inventory: Inventory, container: Container, entry: Any) -> dict
             own = server_status(conn)
             record = read_placement(conn)
     except DflashopsError as exc:
-        return {"problem": exc.one_line()}
-    server = own.model_dump(mode="json")
+        return ServerStatus.unreachable(host, exc.one_line())
     if record is not None:
         rows = placement_status(inventory, record, known={container.name: own})
-        server["placement"] = group_view(record, container.name, rows).model_dump(mode="json")
-    return server
+        own.placement = group_view(record, container.name, rows)
+    return own
 
 
 # ---------------------------------------------------------------------- a placement's group
@@ -229,23 +210,6 @@ def read_placement(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> dict
     except (RemoteError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("members"), list) else None
-
-
-class MemberStatus(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    rank: int
-    role: str
-    address: str
-    running: bool | None = None  # None: unreachable
-    pid: int | None = None
-    listening: bool | None = None
-    error: str | None = None
-
-    def what(self) -> str:
-        """``lab-ct2 (worker, rank 1, 10.0.0.12)``: how a line names this member."""
-        return f"{self.name} ({self.role}, rank {self.rank}, {self.address})"
 
 
 def placement_status(
@@ -278,23 +242,6 @@ def placement_status(
             row.error = exc.one_line()
         rows.append(row)
     return rows
-
-
-GroupHealth = Literal["serving", "starting", "stopped", "degraded"]
-
-
-class GroupView(BaseModel):
-    """One member's view of its placement, for ``status``: its role and the group's health."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    playbook: str
-    role: str
-    rank: int
-    nodes: int
-    health: GroupHealth
-    problem: str | None = None  # one line naming the members that are down or unreachable
-    members: list[MemberStatus]
 
 
 def group_health(rows: list[MemberStatus]) -> tuple[GroupHealth, str | None]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict
 
+from dflashops.deployment.server_view import GroupView, ServerStatus
 from dflashops.errors import DflashopsError, ProxmoxError
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import MANAGED_TAG, Container
@@ -26,13 +27,6 @@ from dflashops.proxmox.identity import list_resources, locate, split_tags
 from dflashops.proxmox.pveconfig import pve_supports_interfaces
 
 Progress = Callable[[str], None]
-
-# The server part of a row as launch's probe writes it: launch's ServerStatus as JSON (with
-# "placement", a GroupView, on a member of a placement), or {"problem": ...} when SSH failed.
-# JSON rather than launch's model: proxmox sits beside launch, and a part imports only the
-# layers below its own (tests/unit/test_architecture.py counts TYPE_CHECKING imports too).
-# The model would move below both to be named here; until then the rules read it by isinstance.
-ServerPart = dict[str, JsonValue]
 
 
 class ContainerStatus(BaseModel):
@@ -48,20 +42,15 @@ class ContainerStatus(BaseModel):
     lock: str | None = None
     uptime_s: int | None = None
     note: str | None = None
-    server: ServerPart | None = None  # filled by a ServerProbe (launch)
+    server: ServerStatus | None = None  # filled by a ServerProbe (launch)
 
-    def placement(self) -> dict[str, JsonValue]:
-        """The server part's view of its placement (empty: none, or not a member)."""
-        return json_object((self.server or {}).get("placement"))
+    def placement(self) -> GroupView | None:
+        """The server part's view of its placement (None: none, or not a member)."""
+        return self.server.placement if self.server is not None else None
 
 
 # launch provides one: (inventory, container, its status with an address) -> the server part
-ServerProbe = Callable[[Inventory, Container, ContainerStatus], ServerPart | None]
-
-
-def json_object(value: JsonValue | None) -> dict[str, JsonValue]:
-    """``value`` when it is a JSON object, else an empty one."""
-    return value if isinstance(value, dict) else {}
+ServerProbe = Callable[[Inventory, Container, ContainerStatus], ServerStatus | None]
 
 
 def container_status(
@@ -117,8 +106,8 @@ def group_problems(entries: list[ContainerStatus]) -> list[str]:
     lines: list[str] = []
     for e in entries:
         view = e.placement()
-        if view.get("problem"):
-            line = f"placement {view.get('playbook')} is degraded: {view['problem']}"
+        if view is not None and view.problem:
+            line = f"placement {view.playbook} is degraded: {view.problem}"
             if line not in lines:
                 lines.append(line)
     return lines
@@ -128,13 +117,13 @@ def _group_hint(entries: list[ContainerStatus]) -> str:
     """How a degraded group comes back: its ranks cannot rejoin one by one."""
     for e in entries:
         view = e.placement()
-        listed = view.get("members")
-        members = [json_object(m) for m in listed] if isinstance(listed, list) else []
-        down = [m.get("name") for m in members if not m.get("running")]
-        if view.get("problem") and members and down:
+        if view is None or not view.problem or not view.members:
+            continue
+        down = [m.name for m in view.members if not m.running]
+        if down:
             return (
                 f"read why: dflashops logs {down[0]}; then relaunch the whole group: "
-                f"dflashops launch {members[0].get('name')}"
+                f"dflashops launch {view.members[0].name}"
             )
     return "relaunch the placement from its head: dflashops launch HEAD"
 

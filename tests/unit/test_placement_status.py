@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from dflashops.cli.provision import _server_cell
-from dflashops.launch.status import MemberStatus, group_health, group_view
+from dflashops.deployment.server_view import MemberStatus, ServerStatus
+from dflashops.launch.status import group_health, group_view
 from dflashops.proxmox.lifecycle import ContainerStatus, status_failure
 
 RECORD: dict[str, Any] = {
@@ -85,19 +86,19 @@ def test_the_view_carries_the_asking_members_role() -> None:
     assert (head.role, head.rank) == ("head", 0)
 
 
-def server(name: str, head: bool | None, worker: bool | None) -> dict[str, Any]:
+def server(name: str, head: bool | None, worker: bool | None) -> ServerStatus:
     """The ``server`` part of a status row, as ``status_probe`` fills it for member ``name``."""
-    view = group_view(RECORD, name, rows(head, worker))
-    return {
-        "running": True,
-        "deployed": True,
-        "engine": "vllm",
-        "engine_version": "0.12.0",
-        "method": "none",
-        "uptime_s": 125,
-        "endpoint": "http://10.77.0.11:8000/v1",
-        "placement": view.model_dump(mode="json"),
-    }
+    return ServerStatus(
+        host="10.77.0.11",
+        running=True,
+        deployed=True,
+        engine="vllm",
+        engine_version="0.12.0",
+        method="none",
+        uptime_s=125,
+        endpoint="http://10.77.0.11:8000/v1",
+        placement=group_view(RECORD, name, rows(head, worker)),
+    )
 
 
 def entry(name: str, head: bool | None, worker: bool | None) -> ContainerStatus:

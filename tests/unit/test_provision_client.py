@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dflashops.deployment.server_view import ServerStatus
 from dflashops.errors import ProxmoxError
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.inventory.models import Container
@@ -28,7 +29,6 @@ from dflashops.proxmox.identity import list_resources
 from dflashops.proxmox.lifecycle import (
     ContainerStatus,
     DestroyResult,
-    ServerPart,
     container_status,
     destroy,
 )
@@ -259,9 +259,9 @@ def test_status_calls_the_server_probe_for_running_containers(inventory: Invento
     assert provision(inventory, ["c1"], options=API_ONLY).ok
     seen: list[str] = []
 
-    def probe(inv: Inventory, ct: Container, status: ContainerStatus) -> ServerPart:
+    def probe(inv: Inventory, ct: Container, status: ContainerStatus) -> ServerStatus:
         seen.append(ct.name)
-        return {"url": f"http://{status.address}:30000"}
+        return ServerStatus(host=str(status.address), deployed=True, running=True)
 
     c1, c2 = container_status(inventory, ["c1", "c2"], server_probe=probe)
     assert (c1.state, c1.vmid, c1.address, c1.tags) == (
@@ -270,7 +270,7 @@ def test_status_calls_the_server_probe_for_running_containers(inventory: Invento
         "10.200.99.60",
         ["dflashops"],
     )
-    assert c1.server == {"url": "http://10.200.99.60:30000"}
+    assert c1.server is not None and c1.server.host == "10.200.99.60" and c1.server.running
     assert (c2.state, c2.vmid, c2.server) == ("absent", None, None)
     assert seen == ["c1"]
 

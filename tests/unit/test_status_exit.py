@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dflashops.deployment.server_view import ServerStatus
 from dflashops.proxmox.errors import ProvisionError
 from dflashops.proxmox.lifecycle import ContainerStatus, status_failure
 
@@ -38,8 +39,8 @@ def test_a_refused_row_exits_1_with_the_fix() -> None:
 
 def test_a_server_part_without_a_placement_never_fails_status() -> None:
     served = row("a", "running")
-    served.server = {"running": True, "placement": None}
+    served.server = ServerStatus(host="10.0.0.1", deployed=True, running=True)
     unreachable = row("b", "running")
-    unreachable.server = {"problem": "ssh: connection refused"}
+    unreachable.server = ServerStatus.unreachable("10.0.0.2", "ssh: connection refused")
     assert status_failure([served, unreachable]) is None
-    assert served.placement() == {} and unreachable.placement() == {}
+    assert served.placement() is None and unreachable.placement() is None
