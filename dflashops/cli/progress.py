@@ -175,8 +175,14 @@ class StepLines:
         self._lock = threading.Lock()
 
     def step(self, lane: str, message: str) -> None:
-        """End ``lane``'s step (``MAIN``: every lane's) and start ``message``."""
+        """End ``lane``'s step (``MAIN``: every lane's) and start ``message``; the same step
+        said again with new numbers (readiness polls once a second: "loading the model (12s)
+        | <its last log line>") is news of the running step, not a new one."""
         with self._lock:
+            current = self._open.get(lane)
+            if current is not None and step_key(current.message) == step_key(message):
+                current.message = message
+                return
             now = self._clock()
             for ended in list(self._open) if lane == MAIN else [lane]:
                 self._end(ended, now, "done in")
@@ -222,6 +228,11 @@ class StepLines:
         ended = self._open.pop(lane, None)
         if ended is not None:
             self._write(f"{self._prefix}{ended.message}: {verb} {now - ended.started:.1f}s")
+
+
+def step_key(message: str) -> str:
+    """What names a step: its words before a parenthesised number or a ``|`` detail."""
+    return message.split(" | ", 1)[0].split(" (", 1)[0].strip()
 
 
 class Heartbeat:

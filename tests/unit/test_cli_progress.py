@@ -268,3 +268,21 @@ def test_lab_demo_json_shows_each_pair_as_its_own_lane(monkeypatch: pytest.Monke
         "lab demo: up (1 guessed config) ct2 [drafter] starting",
     ]
     assert len(shown) == 6 and all(": done in " in line for line in shown[3:])
+
+
+def test_a_step_said_again_with_new_numbers_is_one_step(
+    lines: StepLines, clock: Clock, written: list[str]
+) -> None:
+    """Readiness polls every second: in a pipe its step is two lines, not two a second."""
+    for second in range(1, 40):
+        lines.step(MAIN, f"loading the model ({second}s) | INFO weights {second}%")
+        clock.now += 1
+    lines.step(MAIN, "healthy, waiting for tiny in /v1/models (40s)")
+    lines.close()
+    prefix = "launch lab-dflash on lab-ct1: "
+    assert written == [
+        prefix + "loading the model (1s) | INFO weights 1%",
+        prefix + "loading the model (39s) | INFO weights 39%: done in 39.0s",
+        prefix + "healthy, waiting for tiny in /v1/models (40s)",
+        prefix + "healthy, waiting for tiny in /v1/models (40s): done in 0.0s",
+    ]
