@@ -80,8 +80,13 @@ def test_doctor_ranks_the_guessed_config_first_then_clears_it(
     # the human table through a pipe: ranked rows, keys and the fixing command unbroken
     human = run_cli(env, "doctor", "lab-ct1", "-p", str(book_path), check=False, timeout=300)
     assert human.returncode == 1, human.stderr
-    row = next(line for line in human.stdout.splitlines() if "drafter config mismatch" in line)
-    assert "critical" in row and "dflashops drafter push lab-ct1" in row
+    # a pipe lays the table out to 120 columns: a cell wraps at spaces, read down its column
+    rows = [line.split("│")[1:-1] for line in human.stdout.splitlines() if line.startswith("│")]
+    first_rows = rows[: next((i for i, r in enumerate(rows[1:], 1) if r[0].strip()), len(rows))]
+    assert first_rows[0][1].strip() == "critical"
+    assert "drafter config mismatch" in " ".join(r[2].strip() for r in first_rows)
+    fix = " ".join(r[4].strip() for r in first_rows if r[4].strip())
+    assert fix.startswith("dflashops drafter push lab-ct1"), fix
     print(human.stdout)
     guessed_s = time.monotonic() - started
 

@@ -13,6 +13,7 @@ import pytest
 from dflashops.drafter.push import push_drafter_config
 from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.launch.core import launch
+from dflashops.launch.report import LaunchRefused
 from dflashops.playbook.load import load_playbook, resolve_playbook_path
 from dflashops.proxmox.apply import provision
 from dflashops.remote import SshConnection, get_text
@@ -59,7 +60,7 @@ def test_wrong_config_refused_then_pushed_and_served(lab_inventory: Inventory) -
 
     with pytest.raises(Exception, match=r"mask_token_id|aux_hidden_state_layer_ids") as refused:
         launch(lab_inventory, "lab-ct1", book)
-    assert type(refused.value).__name__ == "LaunchRefused"
+    assert isinstance(refused.value, LaunchRefused)  # before anything changed
 
     result = push_drafter_config(lab_inventory, "lab-ct1", book)
     assert {c.key for c in result.changes} == {"mask_token_id", "aux_hidden_state_layer_ids"}
