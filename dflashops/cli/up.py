@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from dflashops.cli.context import AppContext, dump_json
+from dflashops.cli.context import AppContext
 from dflashops.cli.options import skip_pve_check_option
+from dflashops.up.lock import DEFAULT_WAIT_S
 from dflashops.up.plan import STEPS
 
 pass_app = click.make_pass_decorator(AppContext)
@@ -46,6 +47,21 @@ pass_app = click.make_pass_decorator(AppContext)
     is_flag=True,
     help="Go on when the drafter check finds errors (as `launch --force`).",
 )
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="When another `up` runs on a pair, queue behind it (its progress says so) instead of "
+    "failing that pair at once with 'busy: up by pid N since T'.",
+)
+@click.option(
+    "--wait-timeout",
+    "wait_timeout",
+    type=click.IntRange(min=1),
+    default=DEFAULT_WAIT_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --wait: how long to wait for a busy pair before it fails.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document: every pair.")
 @skip_pve_check_option
 @pass_app
@@ -61,6 +77,8 @@ def up(
     parallel: int,
     fix_drafter: bool,
     force: bool,
+    wait: bool,
+    wait_timeout: int,
     as_json: bool,
 ) -> None:
     """Run the whole loop for each PLAYBOOK on the container it names (or each -c):
@@ -80,15 +98,23 @@ def up(
     \b
     Resumable: each pair's record (state folder: $DFLASHOPS_UP_STATE, default
     ~/.local/state/dflashops/up) keeps every step's input digest; a rerun skips
-    steps that succeeded with the same inputs, and a finished pair says
-    "nothing to do". Ctrl-C stops each pair after the step in progress; the
-    next `up` continues there. Exit 1 when any pair failed.
+    steps that succeeded with the same inputs (launch only while its server
+    still serves), and a finished pair says "nothing to do". Ctrl-C stops each
+    pair after the step in progress; the next `up` continues there.
+
+    \b
+    One run per pair at a time: another `up` on a busy pair fails it at once
+    ("busy: up by pid N since T (on HOST)"), or queues behind it with --wait;
+    a dead run's lock is taken over with a warning. Exit 1 when any pair
+    failed, 2 when a pair's run record is unreadable (delete it, or rerun with
+    --from provision).
 
     \b
     Examples:
       dflashops up lab-dflash --dry-run
       dflashops up lab-dflash -c lab-ct1 -c lab-ct2 --parallel 2
       dflashops up lab-dflash --from bench
+      dflashops up lab-dflash --wait --wait-timeout 600
     """
     from dflashops.playbook.load import resolve_playbook_path
     from dflashops.up.record import up_state_root
@@ -103,18 +129,15 @@ def up(
         parallel=parallel,
         fix_drafter=fix_drafter,
         force=force,
+        wait=wait,
+        wait_timeout_s=wait_timeout,
         state_dir=up_state_root(),
     )
     inventory = app.inventory()
-    from dflashops.cli.up_view import pair_lines, render_plan, render_table
+    from dflashops.cli.up_view import pair_lines, render_result
 
     with pair_lines(enabled=not as_json) as on_event:
         result = run_up(inventory, request, on_event=on_event)
-    if as_json:
-        click.echo(dump_json(result.to_json()))
-    elif dry_run:
-        render_plan(result)
-    else:
-        render_table(result)
-    if not result.ok:
-        ctx.exit(1)
+    render_result(result, as_json=as_json)
+    if result.exit_code:
+        ctx.exit(result.exit_code)

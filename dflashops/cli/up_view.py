@@ -6,10 +6,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import click
 from rich.table import Table
 
 from dflashops.cli.cells import number
 from dflashops.cli.console import make_console
+from dflashops.cli.context import dump_json
 from dflashops.cli.progress import lanes
 
 if TYPE_CHECKING:
@@ -29,10 +31,33 @@ def pair_lines(*, enabled: bool = True) -> Iterator[Event]:
         yield on_event
 
 
+def render_result(result: UpResult, *, as_json: bool) -> None:
+    """The end of a run: warnings on stderr, then one JSON document, each pair's plan (a dry
+    run) or the end table."""
+    render_warnings(result)
+    if as_json:
+        click.echo(dump_json(result.to_json()))
+    elif result.dry_run:
+        render_plan(result)
+    else:
+        render_table(result)
+
+
+def render_warnings(result: UpResult) -> None:
+    """Each pair's warnings on stderr (a dead run's lock taken over, a record set aside)."""
+    console = make_console(stderr=True)
+    for pair in result.pairs:
+        for warning in pair.warnings:
+            console.print(f"warning: {warning}", soft_wrap=True)
+
+
 def render_plan(result: UpResult) -> None:
-    """Each pair's plan: which steps would run, and why."""
+    """Each pair's plan: which steps would run, and why (or why it cannot be planned)."""
     console = make_console()
     for pair in result.pairs:
+        if pair.outcome == "failed":  # its record cannot be read: the other pairs still are
+            console.print(pair.line(), soft_wrap=True)
+            continue
         table = Table(title=f"{pair.pair}: plan (dry run, nothing changed)")
         for column in ("step", "action", "why"):
             table.add_column(column)

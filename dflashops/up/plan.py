@@ -4,8 +4,9 @@ the digests of each step's inputs.
 A step's digest chains its own inputs onto the digest of the step before it, so a step whose
 inputs are unchanged but that follows a step that runs again runs again too (its inputs are
 that step's outputs). A step runs when ``--from`` reaches it, when it never succeeded, when its
-inputs changed, when an earlier step runs, or when it went on over drafter errors with
-``--force`` and this run has no ``--force``; otherwise it is skipped.
+inputs changed, when an earlier step runs, when it went on over drafter errors with
+``--force`` and this run has no ``--force``, or when what it left is gone (``stale``: a server
+``launch`` started that no longer serves); otherwise it is skipped.
 """
 
 from __future__ import annotations
@@ -70,11 +71,14 @@ def plan_pair(
     from_step: str | None = None,
     until: str | None = None,
     force: bool = False,
+    stale: Mapping[str, str] | None = None,
 ) -> list[PlannedStep]:
     """One planned step per step name, in order (see the module doc for the rules).
 
     ``inputs``: each step's :func:`input_digests`, compared with the record's to name what
-    changed. ``until``: steps after it are "not asked" (the lab demo stops after ``bench``)."""
+    changed. ``until``: steps after it are "not asked" (the lab demo stops after ``bench``).
+    ``stale``: step -> why what it left is gone; such a step runs though done with the same
+    inputs."""
     check_step(from_step, "--from")
     check_step(until, "until")
     start = STEPS.index(from_step) if from_step else len(STEPS)
@@ -90,6 +94,8 @@ def plan_pair(
             reason = f"--from {from_step}"
         elif earlier is not None and reason in (None, CHAINED):
             reason = f"{earlier} runs again before it"
+        elif reason is None and stale and step in stale:
+            reason = stale[step]
         if reason is None:
             done = record.steps[step] if record else None
             when = done.finished_at.strftime("%Y-%m-%d %H:%M") if done and done.finished_at else "?"

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dflashops.errors import DflashopsError
+from dflashops.pydantic_errors import first_error_line
 
 # pending: this run will run it (a run stopped early leaves it so, and the next one runs it)
 StepStatus = Literal["ok", "failed", "running", "pending"]
@@ -26,6 +27,20 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9@._-]+")
 
 class UpError(DflashopsError):
     """A step of ``up`` failed, or its state folder cannot be used."""
+
+
+class RecordError(UpError):
+    """A pair's ``record.json`` is there but is not a run record (cut short, not JSON, another
+    shape): invalid input, like a broken playbook; its pair fails, the other pairs go on."""
+
+    cli_exit_code = 2
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(
+            f"{path}: not an up run record ({reason})",
+            hint=f"delete {path}, or rerun with --from provision, to start the pair afresh",
+        )
+        self.path = path
 
 
 def up_state_root() -> Path:
@@ -88,21 +103,43 @@ def pair_dir(state: Path, pair: str) -> Path:
 
 
 def load_record(state: Path, pair: str) -> PairRecord | None:
-    """The pair's record, or None when there is none yet."""
+    """The pair's record, or None when there is none yet; :class:`RecordError` when the file
+    is not one."""
     path = pair_dir(state, pair) / RECORD_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise UpError(f"cannot read {path}: {exc.strerror}") from exc
     try:
-        return PairRecord.model_validate_json(text)
+        record = PairRecord.model_validate_json(data)
     except ValidationError as exc:
-        raise UpError(
-            f"{path} is not an up run record ({exc.error_count()} problem(s))",
-            hint=f"delete {path} to start the pair afresh",
-        ) from None
+        # pydantic reads the bytes as JSON itself: cut short, not UTF-8, not JSON all land here
+        raise RecordError(path, first_error_line(exc, root="the document")) from None
+    if record.pair != pair:  # copied from another pair's folder
+        raise RecordError(path, f"it is the record of {record.pair}")
+    return record
+
+
+def read_record(
+    state: Path, pair: str, *, afresh: bool, keep: bool
+) -> tuple[PairRecord | None, str | None]:
+    """The pair's record (None: none yet) and a warning. An unreadable record raises
+    :class:`RecordError` unless the run starts the pair ``afresh`` (``--from provision``): then
+    it reads as none, and a run that writes (``keep``) renames it aside for a post-mortem."""
+    try:
+        return load_record(state, pair), None
+    except RecordError as exc:
+        if not afresh:
+            raise
+        if keep:
+            aside = exc.path.with_name(f"{RECORD_FILE}.unreadable-{now():%Y%m%dT%H%M%SZ}")
+            exc.path.replace(aside)
+            kept = f"kept as {aside.name}"
+        else:
+            kept = "a run keeps it aside"
+        return None, f"{exc.path} was not an up run record; the pair starts afresh ({kept})"
 
 
 def save_record(state: Path, record: PairRecord) -> Path:

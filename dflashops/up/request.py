@@ -6,13 +6,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dflashops.up.lock import DEFAULT_WAIT_S
 from dflashops.up.plan import check_step
 
 DEFAULT_PARALLEL = 2
 
 
 class UpRequest(BaseModel):
-    """Which pairs, what to redo, how many at once."""
+    """Which pairs, what to redo, how many at once, whether to wait for a busy pair."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -24,6 +25,8 @@ class UpRequest(BaseModel):
     fix_drafter: bool = False
     force: bool = False
     state_dir: Path
+    wait: bool = Field(False, description="--wait: queue behind another run on a pair")
+    wait_timeout_s: float = Field(DEFAULT_WAIT_S, gt=0, description="--wait-timeout")
 
     @field_validator("from_step")
     @classmethod

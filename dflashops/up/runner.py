@@ -7,9 +7,14 @@ says where, and the next ``up`` continues there.
 
 A pair reaches its container through one connection for the whole run (one PVE managed check),
 opened when first needed: after ``provision`` when that runs. The step functions, the connect
-function and the drafter fingerprint are :class:`UpParts`, so the runner's resume, Ctrl-C and
-isolation are tested with injected steps (tests/unit/test_up_runner.py); a run that stops after
-a step (the lab demo) passes a shorter step table (:func:`~dflashops.up.steps.steps_until`).
+function, the drafter fingerprint and the serving probe are :class:`UpParts`, so the runner's
+resume, Ctrl-C, isolation and faults are tested with injected steps
+(tests/unit/test_up_runner.py, tests/unit/test_up_faults.py); a run that stops after a step
+(the lab demo) passes a shorter step table (:func:`~dflashops.up.steps.steps_until`).
+
+Each pair's run holds the pair's lock (:mod:`dflashops.up.lock`) from reading its record to its
+last step: a second ``up`` on the pair fails at once ("busy: …") or, with ``--wait``, queues.
+A record that cannot be read fails its pair only, as invalid input (exit 2).
 """
 
 from __future__ import annotations
@@ -20,16 +25,16 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from dflashops.deployment.access import ContainerAccess, connect
-from dflashops.errors import DflashopsError, PlaybookError
+from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory
-from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
 from dflashops.remote import SshConnection
 from dflashops.up.inputs import DrafterFiles, drafter_fingerprint, step_inputs
+from dflashops.up.lock import WaitStopped, holder_now, take_lock
 from dflashops.up.outcome import PairResult, UpResult
+from dflashops.up.pairs import Pair, resolve_pairs
 from dflashops.up.plan import (
     STEPS,
     PlannedStep,
@@ -41,13 +46,13 @@ from dflashops.up.plan import (
 from dflashops.up.record import (
     PairRecord,
     StepRecord,
-    load_record,
     now,
     pair_dir,
-    pair_id,
+    read_record,
     save_record,
 )
 from dflashops.up.request import UpRequest
+from dflashops.up.serving import server_serving
 from dflashops.up.steps import STEP_FUNCTIONS, PairWork, StepFunction, StepRefused
 
 # (pair, step or "", message): one line of a pair's progress
@@ -58,44 +63,19 @@ NOT_READ = DrafterFiles(None, None, "not read: provision runs first")
 @dataclass(frozen=True)
 class UpParts:
     """What a run is made of: the step functions (a shorter table stops after its last step),
-    how a pair reaches its container, and how the drafter's files are read there."""
+    how a pair reaches its container, how the drafter's files are read there, and why the
+    server of the pair's playbook does not serve there (None: it serves)."""
 
     steps: Mapping[str, StepFunction] = field(default_factory=lambda: dict(STEP_FUNCTIONS))
     connect: Callable[[Inventory, str], ContainerAccess] = connect
     fingerprint: Callable[[SshConnection, str, Playbook], DrafterFiles] = drafter_fingerprint
+    serving: Callable[[SshConnection, str], str | None] = server_serving
 
     @property
     def until(self) -> str | None:
         """The last step of a table that leaves later steps out (None: the whole loop)."""
         asked = [step for step in STEPS if step in self.steps]
         return asked[-1] if len(asked) < len(STEPS) else None
-
-
-@dataclass(frozen=True)
-class Pair:
-    id: str
-    playbook: Playbook
-    path: Path
-    container: str
-    cluster: str
-    node: str
-
-
-def resolve_pairs(inventory: Inventory, request: UpRequest) -> list[Pair]:
-    """Every (playbook, container) pair, in the order given, each once."""
-    pairs: dict[str, Pair] = {}
-    for path in request.playbooks:
-        book = load_playbook(path)
-        names = request.containers or ((book.container,) if book.container else ())
-        if not names:
-            raise PlaybookError(
-                "the playbook names no container", source=str(path), hint="pass -c CONTAINER"
-            )
-        for name in names:
-            ct = inventory.container(name)
-            pid = pair_id(ct.cluster, name, book.name)
-            pairs.setdefault(pid, Pair(pid, book, path, name, ct.cluster, ct.node))
-    return list(pairs.values())
 
 
 def run_up(
@@ -147,7 +127,7 @@ def run_up(
 
 
 class _PairRun:
-    """One pair: its record, its facts, its plan and its steps."""
+    """One pair: its lock, its record, its facts, its plan and its steps."""
 
     def __init__(
         self,
@@ -164,8 +144,12 @@ class _PairRun:
         self.parts = parts
         self.connections = ExitStack()
         self.opened: ContainerAccess | None = None
+        self.unreachable: str | None = None  # why the container could not be reached to plan
         self.state = request.state_dir
-        self.record = load_record(self.state, pair.id) or PairRecord(
+        self.folder = pair_dir(self.state, pair.id)
+        # the record is read under the pair's lock (_load): until then, and when it cannot be
+        # read, a fresh one
+        self.record = PairRecord(
             pair=pair.id,
             playbook=str(pair.path),
             playbook_name=pair.playbook.name,
@@ -173,11 +157,13 @@ class _PairRun:
             cluster=pair.cluster,
             node=pair.node,
         )
-        self.record.playbook = str(pair.path)
+        self.record_read = False
         self.container_doc = inventory.container(pair.container).model_dump(mode="json")
         self.files = DrafterFiles(None, None)
         self.digests: dict[str, str] = {}
         self.own: dict[str, dict[str, str]] = {}
+        self.stale: dict[str, str] = {}  # step -> why what it left is gone (plan_pair's stale)
+        self.warnings: list[str] = []
         self.locks = (node_lock or threading.Lock(), plot_lock or threading.Lock())
 
     def access(self) -> ContainerAccess:
@@ -188,11 +174,24 @@ class _PairRun:
             self.opened = opened
         return self.opened
 
+    def _load(self, *, keep_aside: bool) -> None:
+        """Read the pair's record; an unreadable one fails the pair (exit 2) unless this run
+        starts it afresh (``--from provision``)."""
+        afresh = self.request.from_step == "provision"
+        loaded, warning = read_record(self.state, self.pair.id, afresh=afresh, keep=keep_aside)
+        if warning is not None:
+            self.warnings.append(warning)
+        self.record_read = True
+        if loaded is not None:
+            loaded.playbook = str(self.pair.path)
+            self.record = loaded
+
     def _read_files(self) -> DrafterFiles:
         try:
             conn = self.access().conn
         except DflashopsError as exc:
-            return DrafterFiles(None, None, f"{self.pair.container}: {exc.one_line()}")
+            self.unreachable = f"{self.pair.container}: {exc.one_line()}"
+            return DrafterFiles(None, None, self.unreachable)
         return self.parts.fingerprint(conn, self.pair.container, self.pair.playbook)
 
     def _refresh(self, files: DrafterFiles | None = None) -> None:
@@ -210,10 +209,12 @@ class _PairRun:
             from_step=self.request.from_step,
             until=self.parts.until,
             force=self.request.force,
+            stale=self.stale,
         )
 
-    def _plan(self) -> list[PlannedStep]:
+    def _plan(self, *, keep_aside: bool) -> list[PlannedStep]:
         self.tell(self.pair.id, "", "reading the run record")
+        self._load(keep_aside=keep_aside)
         # a provision that runs reruns every step after it: the container need not be read yet
         # (it may not exist), and the digests are taken again once it is there
         self._refresh(NOT_READ)
@@ -222,6 +223,23 @@ class _PairRun:
             return plan
         self.tell(self.pair.id, "", "reading the drafter's files")
         self._refresh()
+        return self._check_serving(self._plan_with())
+
+    def _check_serving(self, plan: list[PlannedStep]) -> list[PlannedStep]:
+        """A launch done with the same inputs is skipped only while its server serves: one
+        killed since (or never answering) is started again, and the steps after it follow."""
+        if next(p.action for p in plan if p.step == "launch") != "skip":
+            return plan  # it runs anyway, or this run stops before it, or it never succeeded
+        self.tell(self.pair.id, "", "checking that the server launch started is serving")
+        why = self.unreachable
+        if why is None:
+            try:
+                why = self.parts.serving(self.access().conn, self.pair.playbook.name)
+            except DflashopsError as exc:
+                why = exc.one_line()
+        if why is None:
+            return plan
+        self.stale["launch"] = f"the server it launched is not serving ({why})"
         return self._plan_with()
 
     def _result(self, plan: list[PlannedStep]) -> PairResult:
@@ -230,29 +248,62 @@ class _PairRun:
             container=self.pair.container,
             playbook=str(self.pair.path),
             plan=plan,
-            record=self.record,
+            record=self.record if self.record_read else None,
+            warnings=self.warnings,
         )
 
+    def _failed(self, exc: Exception) -> PairResult:
+        """The pair failed before its first step (its lock, its record, its plan)."""
+        result = self._result([])
+        result.outcome = "failed"
+        result.error = exc.one_line() if isinstance(exc, DflashopsError) else repr(exc)
+        result.invalid_input = isinstance(exc, DflashopsError) and exc.cli_exit_code == 2
+        self.tell(self.pair.id, "", f"failed: {result.error}")
+        return result
+
     def plan_only(self) -> PairResult:
+        """The pair's plan (a dry run): takes no lock, but says who holds it."""
         with self.connections:
-            result = self._result(self._plan())
-        result.last_step = next((p.step for p in reversed(result.plan) if p.action == "run"), None)
+            try:
+                busy = holder_now(self.folder)
+                plan = self._plan(keep_aside=False)
+            except Exception as exc:  # e.g. an unreadable record: the other pairs are planned
+                return self._failed(exc)
+        result = self._result(plan)
+        result.last_step = next((p.step for p in reversed(plan) if p.action == "run"), None)
+        if busy is not None:
+            result.notes.append(f"busy: {busy}; its run may change what this plan says")
         if self.files.note and self.pair.playbook.drafter.model is not None:
             result.notes.append(self.files.note)
         return result
 
     def run(self, stop: threading.Event) -> PairResult:
-        with self.connections:  # the pair's connection closes with its run
+        """The pair's run under its lock; the pair's connection closes with it."""
+        wait_s = self.request.wait_timeout_s if self.request.wait else None
+        try:
+            held = take_lock(self.folder, wait_s=wait_s, on_wait=self._waiting, stop=stop)
+        except WaitStopped as exc:
+            result = self._result([])
+            result.outcome, result.error = "interrupted", exc.one_line()
+            return result
+        except Exception as exc:  # busy, or the run folder cannot be written
+            return self._failed(exc)
+        with held, self.connections:
+            warning = held.stale_warning()
+            if warning is not None:
+                self.warnings.append(warning)
+                self.tell(self.pair.id, "", f"warning: {warning}")
             return self._run(stop)
+
+    def _waiting(self, who: str, waited_s: float) -> None:
+        limit = self.request.wait_timeout_s
+        self.tell(self.pair.id, "", f"busy: {who}; waiting ({waited_s:.0f} s of {limit:.0f} s)")
 
     def _run(self, stop: threading.Event) -> PairResult:
         try:
-            plan = self._plan()
+            plan = self._plan(keep_aside=True)
         except Exception as exc:  # e.g. an unreadable record: this pair fails, the rest go on
-            result = self._result([])
-            result.outcome = "failed"
-            result.error = exc.one_line() if isinstance(exc, DflashopsError) else repr(exc)
-            return result
+            return self._failed(exc)
         result = self._result(plan)
         if not runs_anything(plan):
             result.outcome = "unchanged"
@@ -264,7 +315,7 @@ class _PairRun:
             playbook_path=self.pair.path,
             container=self.pair.container,
             record=self.record,
-            run_dir=pair_dir(self.state, self.pair.id),
+            run_dir=self.folder,
             say=lambda message: None,
             access=self.access,
             fix_drafter=self.request.fix_drafter,

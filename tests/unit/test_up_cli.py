@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,54 @@ def test_the_end_table_shows_each_pairs_last_step_and_numbers(
     assert [cell.strip() for cell in row.strip("│ ").split("│")] == [
         "lab-dflash@lab.lab-ct1", "report", "done", "47.0", "2.40", "3",
     ]  # fmt: skip
+
+
+TWO_CONTAINERS = (
+    "version: 1\nclusters:\n  c:\n    api_url: https://127.0.0.1:8006\n"
+    "    auth: {user: root@pam, password: {env: NOPE}}\n"
+    "    nodes: {n: {ssh: {host: 127.0.0.1}}}\n"
+    "containers:\n  ct: {vmid: 100, network: {bridge: vmbr0, ip: 127.0.0.2/8}}\n"
+    "  ct2: {vmid: 101, network: {bridge: vmbr0, ip: 127.0.0.3/8}}\n"
+)
+
+
+def broken_record(workdir: Path) -> Path:
+    """The pair nameless@c.ct's record, cut short (a full disk, a copy interrupted)."""
+    path = workdir / "up" / "nameless@c.ct" / "record.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"pair": "nameless@c.ct", "playbook": "nameless.y')
+    return path
+
+
+def test_json_with_an_unreadable_record_is_one_document_and_exit_2(workdir: Path) -> None:
+    path = broken_record(workdir)
+    result = CliRunner().invoke(cli, ["up", "nameless.yaml", "-c", "ct", "--json"])
+    assert result.exit_code == 2, result.output
+    document = json.loads(result.stdout)  # exactly one JSON document, nothing else on stdout
+    [pair] = document["pairs"]
+    assert document["ok"] is False and pair["outcome"] == "failed"
+    assert pair["error"].startswith(f"{path}: not an up run record")
+    assert f"delete {path}" in pair["error"] and "--from provision" in pair["error"]
+
+
+def test_a_dry_run_plans_the_other_pair_beside_an_unreadable_record(workdir: Path) -> None:
+    (workdir / "inventory.yaml").write_text(TWO_CONTAINERS)
+    path = broken_record(workdir)
+    result = CliRunner().invoke(
+        cli, ["up", "nameless.yaml", "-c", "ct", "-c", "ct2", "--dry-run", "--json"]
+    )
+    assert result.exit_code == 2, result.output
+    broken, healthy = json.loads(result.stdout)["pairs"]
+    assert broken["outcome"] == "failed" and str(path) in broken["error"]
+    assert healthy["outcome"] == "planned"
+    assert [p["action"] for p in healthy["plan"]] == ["run"] * len(STEPS)
+    table = CliRunner().invoke(cli, ["up", "nameless.yaml", "-c", "ct", "-c", "ct2", "--dry-run"])
+    assert table.exit_code == 2
+    assert f"nameless@c.ct: {path}: not an up run record" in " ".join(table.stdout.split())
+    assert "nameless@c.ct2: plan" in table.stdout
+
+
+def test_help_teaches_wait() -> None:
+    result = CliRunner().invoke(cli, ["up", "--help"])
+    assert "--wait" in result.output and "--wait-timeout" in result.output
+    assert "busy" in result.output

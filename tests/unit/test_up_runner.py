@@ -8,6 +8,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from dflashops.playbook.load import resolve_playbook_path
 from dflashops.playbook.models import Playbook
 from dflashops.remote import SshConnection
 from dflashops.up.inputs import DrafterFiles
+from dflashops.up.outcome import UpResult
 from dflashops.up.outputs import (
     BenchNumbers,
     DrafterOutput,
@@ -50,8 +52,9 @@ PAIRS = ("lab-dflash@lab.lab-ct1", "lab-dflash@lab.lab-ct2")
 
 
 class Rig:
-    """Fake steps that each use the pair's connection twice, a counting connect, and a log of
-    what ran in which order."""
+    """Fake steps that each use the pair's connection twice, a counting connect, a serving probe
+    (``down``: container -> why its server is not serving; the fake launch serves again), and a
+    log of what ran in which order."""
 
     def __init__(self, tmp_path: Path) -> None:
         (tmp_path / "inv.yaml").write_text(INVENTORY)
@@ -62,7 +65,9 @@ class Rig:
         self.files = DrafterFiles("config-1", "weights-1")
         self.fail: dict[tuple[str, str], BaseException] = {}
         self.during: dict[tuple[str, str], Callable[[], None]] = {}
+        self.down: dict[str, str] = {}
         self.lock = threading.Lock()
+        self.result: UpResult | None = None
 
     def connect(self, inventory: Inventory, name: str) -> ContainerAccess:
         with self.lock:
@@ -78,6 +83,11 @@ class Rig:
             self.events.append(f"{container}: fingerprint")
         return self.files
 
+    def serving(self, conn: SshConnection, playbook: str) -> str | None:
+        with self.lock:
+            self.events.append(f"{conn.name}: serving?")
+        return self.down.get(conn.name)
+
     def step(self, name: str, output: Callable[[PairWork], StepOutput]) -> StepFunction:
         def run(work: PairWork) -> tuple[str, StepOutput]:
             if name != "provision":  # the container exists once provision has run
@@ -90,6 +100,8 @@ class Rig:
             failure = self.fail.pop((work.container, name), None)
             if failure is not None:
                 raise failure
+            if name == "launch":
+                self.down.pop(work.container, None)
             return f"{name} done", output(work)
 
         return run
@@ -112,15 +124,24 @@ class Rig:
         *containers: str,
         steps: dict[str, StepFunction] | None = None,
         stop: threading.Event | None = None,
+        on_event: Callable[[str, str, str], None] | None = None,
+        **options: Any,
     ) -> dict[str, str]:
+        """Run ``up`` (``options``: UpRequest's, e.g. dry_run, from_step, wait); the outcome per
+        container, the whole result in ``self.result``."""
         book = resolve_playbook_path("lab-dflash")
-        request = UpRequest(playbooks=(book,), containers=containers, state_dir=self.state)
+        request = UpRequest(
+            playbooks=(book,), containers=containers, state_dir=self.state, **options
+        )
         parts = UpParts(
-            steps=steps or self.table(), connect=self.connect, fingerprint=self.fingerprint
+            steps=steps or self.table(),
+            connect=self.connect,
+            fingerprint=self.fingerprint,
+            serving=self.serving,
         )
         self.events.clear()
-        result = run_up(self.inventory, request, parts=parts, stop=stop)
-        return {pair.container: pair.outcome for pair in result.pairs}
+        self.result = run_up(self.inventory, request, parts=parts, stop=stop, on_event=on_event)
+        return {pair.container: pair.outcome for pair in self.result.pairs}
 
     def ran(self, container: str) -> list[str]:
         steps = [e.split(": ", 1)[1] for e in self.events if e.startswith(f"{container}: ")]
@@ -149,7 +170,8 @@ def test_each_pair_runs_its_steps_over_one_connection(rig: Rig) -> None:
 def test_a_rerun_with_nothing_changed_reads_the_files_once_and_runs_nothing(rig: Rig) -> None:
     rig.up("lab-ct1")
     assert rig.up("lab-ct1") == {"lab-ct1": "unchanged"}
-    assert rig.events == ["lab-ct1: connect", "lab-ct1: fingerprint"]
+    # and asks once whether the server launch left is serving (it is: nothing runs)
+    assert rig.events == ["lab-ct1: connect", "lab-ct1: fingerprint", "lab-ct1: serving?"]
     rig.files = DrafterFiles("config-2", "weights-1")  # a pushed drafter config
     assert rig.up("lab-ct1") == {"lab-ct1": "done"}
     assert rig.ran("lab-ct1") == ["drafter", "launch", "smoke", "bench", "tune", "report"]
