@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 
 from dflashops.cli.context import dump_json
+from dflashops.deployment.server_view import ServerStatus
 from dflashops.errors import RemoteError
-from dflashops.up.lock import LOCK_FILE
+from dflashops.up.lock import LOCK_FILE, PairBusy, holder_now, take_lock
 from dflashops.up.outcome import PairResult, UpResult
 from dflashops.up.plan import STEPS
 from dflashops.up.record import RECORD_FILE, load_record, pair_dir
+from dflashops.up.serving import serving_problem
 from tests.unit.test_up_runner import PAIRS, Rig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,6 +90,27 @@ def test_an_unreachable_container_is_a_reason_to_launch_again(rig: Rig) -> None:
     assert rig.up("lab-ct1", dry_run=True) == {"lab-ct1": "planned"}
     action, reason = planned(result(rig).pair("lab-ct1"), "launch")
     assert action == "run" and "lab-ct1: connection refused" in reason
+
+
+def test_serving_is_judged_from_what_status_reads() -> None:
+    def status(**values: object) -> ServerStatus:
+        base: dict[str, object] = {
+            "host": "ct", "deployed": True, "running": True, "pid": 7, "port": 8000,
+            "listening": True, "playbook": "lab-dflash",
+        }  # fmt: skip
+        return ServerStatus.model_validate({**base, **values})
+
+    assert serving_problem(status(), "lab-dflash") is None
+    assert serving_problem(status(running=False, pid=None), "lab-dflash") == "deployed, not running"
+    assert serving_problem(status(listening=False), "lab-dflash") == (
+        "running (pid 7) but port 8000 is not listening"
+    )
+    assert serving_problem(status(deployed=False), "lab-dflash") == "nothing is deployed"
+    assert serving_problem(status(playbook="other"), "lab-dflash") == (
+        "the container serves playbook other now"
+    )
+    broken = status(deployed=False, problem="deployed.json: not JSON")
+    assert serving_problem(broken, "lab-dflash") == "deployed.json: not JSON"
 
 
 # ---------------------------------------------------------------- item 7: a corrupt record
@@ -261,6 +284,35 @@ def test_wait_gives_up_after_its_timeout(rig: Rig, first_run: FirstRun) -> None:
     assert rig.up("lab-ct1", wait=True, wait_timeout_s=1.0) == {"lab-ct1": "failed"}
     error = result(rig).pair("lab-ct1").error or ""
     assert error.startswith(f"busy: up by pid {first_run.pid}") and "waited 1 s" in error
+
+
+def test_ctrl_c_while_waiting_stops_the_pair_before_its_first_step(
+    rig: Rig, first_run: FirstRun
+) -> None:
+    stop = threading.Event()
+    threading.Timer(1.5, stop.set).start()
+    assert rig.up("lab-ct1", wait=True, stop=stop) == {"lab-ct1": "interrupted"}
+    assert result(rig).pair("lab-ct1").line() == (
+        "lab-dflash@lab.lab-ct1: interrupted before its first step"
+    )
+    assert rig.ran("lab-ct1") == []
+    assert first_run.finish() == "done"
+
+
+def test_a_lock_let_go_names_nobody(tmp_path: Path) -> None:
+    folder = tmp_path / "pair"
+    assert holder_now(folder) is None and not folder.exists()  # a look writes nothing
+    with take_lock(folder) as held:
+        assert held.taken_over is None
+        who = holder_now(folder) or ""
+        assert who.startswith(f"up by pid {os.getpid()} since ")
+        assert who.endswith(f"(on {socket.gethostname()})")
+        with pytest.raises(PairBusy, match=r"^busy: up by pid"):
+            take_lock(folder)  # flock: a second open file conflicts also in one process
+    assert (folder / LOCK_FILE).read_text() == ""
+    assert holder_now(folder) is None
+    with take_lock(folder) as held:
+        assert held.stale_warning() is None
 
 
 def test_the_lock_of_a_killed_run_is_taken_over_with_a_warning_and_the_rerun_converges(

@@ -12,6 +12,7 @@ from dflashops.errors import PlaybookError
 from dflashops.inventory.load import load_inventory
 from dflashops.playbook.load import load_playbook, resolve_playbook_path
 from dflashops.up.inputs import DrafterFiles, step_inputs, tune_asked, tune_key
+from dflashops.up.pairs import resolve_pairs
 from dflashops.up.plan import (
     STEPS,
     PlannedStep,
@@ -22,14 +23,15 @@ from dflashops.up.plan import (
 )
 from dflashops.up.record import (
     PairRecord,
+    RecordError,
     StepRecord,
     UpError,
     load_record,
     pair_id,
+    read_record,
     save_record,
 )
 from dflashops.up.request import UpRequest
-from dflashops.up.runner import resolve_pairs
 
 WHEN = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)
 GUESSED = DrafterFiles("aaa", "weights-1")
@@ -155,6 +157,21 @@ def test_a_forced_drafter_is_checked_again_by_a_run_without_force(tmp_path: Path
     assert plan[1].action == "run" and "--force before" in plan[1].reason
 
 
+def test_a_stale_launch_runs_again_and_the_steps_after_it_follow(tmp_path: Path) -> None:
+    digests, own = digests_for(lab_book(tmp_path), GUESSED)
+    stale = {"launch": "the server it launched is not serving (deployed, not running)"}
+    plan = plan_pair(finished(digests, own), digests, own, stale=stale)
+    assert [p.step for p in plan if p.action == "run"] == list(STEPS[2:])
+    assert plan[2].reason == stale["launch"]
+    assert plan[3].reason == "launch runs again before it"
+    # a step that runs anyway says its own reason; --from says its own
+    record = finished(digests, own)
+    record.steps["drafter"] = StepRecord(status="failed", error="x")
+    assert plan_pair(record, digests, own, stale=stale)[2].reason == "drafter runs again before it"
+    from_launch = plan_pair(finished(digests, own), digests, own, from_step="launch", stale=stale)
+    assert from_launch[2].reason == "--from launch"
+
+
 def test_until_leaves_the_later_steps_out(tmp_path: Path) -> None:
     digests, own = digests_for(lab_book(tmp_path), GUESSED)
     plan = plan_pair(None, digests, own, until="provision")
@@ -203,6 +220,28 @@ def test_records_round_trip_and_a_broken_one_says_how_to_start_afresh(tmp_path: 
     assert raised.value.hint and "delete" in raised.value.hint
     assert pair_id("lab", "lab-ct1", "lab-dflash") == "lab-dflash@lab.lab-ct1"
     assert "/" not in pair_id("a/b", "c d", "../x")
+
+
+def test_an_unreadable_record_is_invalid_input_and_afresh_keeps_it_aside(tmp_path: Path) -> None:
+    digests, own = digests_for(lab_book(tmp_path), GUESSED)
+    path = save_record(tmp_path, finished(digests, own))
+    path.write_text(path.read_text()[:100])
+    with pytest.raises(RecordError) as raised:
+        read_record(tmp_path, "p", afresh=False, keep=True)
+    assert raised.value.cli_exit_code == 2 and raised.value.path == path
+    assert "--from provision" in (raised.value.hint or "")
+    # a dry run (keep=False) reads it as none and leaves it where it is
+    record, warning = read_record(tmp_path, "p", afresh=True, keep=False)
+    assert record is None and warning is not None and path.is_file()
+    record, warning = read_record(tmp_path, "p", afresh=True, keep=True)
+    assert record is None and warning is not None and not path.exists()
+    [aside] = path.parent.glob("record.json.unreadable-*")
+    assert aside.name in warning
+    # another pair's record copied over is not this pair's
+    save_record(tmp_path, finished(digests, own).model_copy(update={"pair": "other"}))
+    (tmp_path / "other" / "record.json").replace(path)
+    with pytest.raises(RecordError, match="it is the record of other"):
+        load_record(tmp_path, "p")
 
 
 def test_pairs_come_from_the_playbook_or_from_each_c(tmp_path: Path) -> None:
