@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +153,7 @@ class _Stream:
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     error: str | None = None
+    lost: bool = False  # the connection was refused, reset or cut: is the server still there?
     gaps: list[float] = field(default_factory=list)
     done: bool = False
     _pending: bytes = b""
@@ -242,6 +243,21 @@ async def stream_request(
     level_start: float,
 ) -> RequestRecord:
     """Send one streamed request and measure it; failures become a record with ``error``."""
+    record, _ = await _measure(
+        session, endpoint, payload, prompt_id=prompt_id, level_start=level_start
+    )
+    return record
+
+
+async def _measure(
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    payload: dict[str, Any],
+    *,
+    prompt_id: str,
+    level_start: float,
+) -> tuple[RequestRecord, bool]:
+    """``stream_request``'s record, and whether the request lost its connection."""
     import aiohttp
 
     body = json.dumps(payload, separators=(",", ":")).encode()
@@ -251,10 +267,12 @@ async def stream_request(
             await _post_stream(session, endpoint.url(API_PATHS[endpoint.api]), body, stream)
     except aiohttp.ClientError as exc:  # first: aiohttp's own timeouts are TimeoutErrors too
         stream.error = one_line(exc)
+        # a body cut short is a connection lost mid-stream (a killed server's last streams)
+        stream.lost = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError)
     except TimeoutError:
         if not stream.done:  # a finished stream was only waiting for the end of its body
             stream.error = f"timed out after {endpoint.timeout_s:g} s"
-    return _record(stream, prompt_id, payload, level_start)
+    return _record(stream, prompt_id, payload, level_start), stream.lost
 
 
 async def _post_stream(
@@ -323,12 +341,15 @@ async def run_requests(
     *,
     concurrency: int,
     on_done: Callable[[RequestRecord], None] | None = None,
+    lost_connection: Callable[[], Awaitable[bool]] | None = None,
 ) -> tuple[list[RequestRecord], float]:
     """Send ``prompts`` with at most ``concurrency`` in flight; records in prompt order, and the
     wall time from the first send to the last reply in seconds.
 
-    The streams share one aiohttp session (``stream_session``); ``client``, the run's httpx
-    client for its other calls, carries none of them.
+    ``lost_connection`` is awaited after a request whose connection was refused, reset or cut;
+    when it says True (the server stopped answering) no further request is sent, so the records
+    are fewer than the prompts. The streams share one aiohttp session (``stream_session``);
+    ``client``, the run's httpx client for its other calls, carries none of them.
     """
     if concurrency < 1:
         raise BenchmarkError(f"concurrency must be at least 1, got {concurrency}")
@@ -337,13 +358,16 @@ async def run_requests(
     pending = iter(range(len(prompts)))
     workers = min(concurrency, len(prompts))
 
+    stopped = False
+
     async with stream_session(endpoint, max(workers, 1)) as session:
         start = time.perf_counter()
 
         async def worker() -> None:
+            nonlocal stopped
             # each worker takes the next index: `concurrency` requests in flight until drained
-            for index in pending:
-                record = await stream_request(
+            while not stopped and (index := next(pending, None)) is not None:
+                record, lost = await _measure(
                     session,
                     endpoint,
                     payloads[index],
@@ -353,6 +377,8 @@ async def run_requests(
                 records[index] = record
                 if on_done is not None:
                     on_done(record)
+                if lost and lost_connection is not None and await lost_connection():
+                    stopped = True
 
         await asyncio.gather(*(worker() for _ in range(workers)))
         duration = time.perf_counter() - start

@@ -18,10 +18,10 @@ from dflashops.bench.progress import Progress, as_progress
 from dflashops.bench.request import RecordedLabels
 from dflashops.bench.roofline import (
     RooflinePlan,
-    attach_roofline,
     plan_roofline,
     probe_roofline_facts,
     tp_from_argv,
+    with_roofline,
 )
 from dflashops.bench.runner import run_benchmark_sync
 from dflashops.bench.server_log import RemoteServerLog
@@ -102,18 +102,19 @@ def bench_container(
         if roofline is not None:
             shown.phase(f"{name}: probing GPUs and weights for the roofline")
             plan = _roofline_plan(conn, roofline, playbook, manifest)
-        report = run_benchmark_sync(
-            target.endpoint,
-            settings,
-            labels.apply(target.config) if labels else target.config,
-            progress=shown,
-            server_log=server_log,
-            stats_interval_s=target.stats_interval_s,
-            notes=notes,
+        config = labels.apply(target.config) if labels else target.config
+        return with_roofline(
+            lambda: run_benchmark_sync(
+                target.endpoint,
+                settings,
+                config,
+                progress=shown,
+                server_log=server_log,
+                stats_interval_s=target.stats_interval_s,
+                notes=notes,
+            ),
+            plan,
         )
-    if plan is None:
-        return report
-    return attach_roofline(report, plan)
 
 
 def _roofline_plan(

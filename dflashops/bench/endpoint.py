@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import dataclass
 from typing import Literal
@@ -9,6 +10,17 @@ from typing import Literal
 Api = Literal["chat", "completions"]
 API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 CONNECT_TIMEOUT_S = 10.0
+# what a lost connection's errno means to an operator (the libraries' own words vary: httpx says
+# "All connection attempts failed" for a refused connection)
+_LOST = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset",
+    errno.ECONNABORTED: "connection aborted",
+    errno.EPIPE: "connection closed",
+    errno.ETIMEDOUT: "connection timed out",
+    errno.EHOSTUNREACH: "no route to host",
+    errno.ENETUNREACH: "network unreachable",
+}
 
 
 @dataclass(frozen=True)
@@ -50,3 +62,17 @@ def one_line(exc: Exception) -> str:
     """An exception as ``Type: message`` on one line."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def connection_failure(exc: BaseException) -> str:
+    """A failed connection in an operator's words (``connection refused``), from the first
+    errno in the exception's chain; else the exception as ``Type: message``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        code = getattr(seen, "errno", None)
+        if isinstance(code, int) and code in _LOST:
+            return _LOST[code]
+        if isinstance(seen, TimeoutError):
+            return "timed out"
+        seen = seen.__cause__ or seen.__context__
+    return one_line(exc) if isinstance(exc, Exception) else type(exc).__name__

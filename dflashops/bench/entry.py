@@ -17,7 +17,7 @@ from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.models import BenchReport, ResolvedConfig
 from dflashops.bench.progress import Progress
 from dflashops.bench.request import BenchRequest
-from dflashops.bench.roofline import attach_roofline, plan_roofline
+from dflashops.bench.roofline import plan_roofline, with_roofline
 from dflashops.bench.runner import run_benchmark_sync
 from dflashops.bench.settings import BenchSettings
 from dflashops.bench.target import describe
@@ -96,17 +96,16 @@ def _bench_url(
         api=request.api,
         api_key=key,
     )
-    config = ResolvedConfig.model_validate({**values, "resolved_from": sources})
-    report = run_benchmark_sync(
-        endpoint,
-        settings,
-        request.labels.apply(config),
-        progress=progress,
-        notes=[URL_LOG_NOTE],
+    config = request.labels.apply(
+        ResolvedConfig.model_validate({**values, "resolved_from": sources})
     )
-    if not request.roofline.names_hardware:
-        return report
-    return attach_roofline(report, plan_roofline(request.roofline, None))
+    plan = plan_roofline(request.roofline, None) if request.roofline.names_hardware else None
+    return with_roofline(
+        lambda: run_benchmark_sync(
+            endpoint, settings, config, progress=progress, notes=[URL_LOG_NOTE]
+        ),
+        plan,
+    )
 
 
 def nothing_completed(report: BenchReport, saved: Path) -> BenchmarkError | None:

@@ -9,6 +9,10 @@ snapshot is taken only once two scrapes in a row agree ("settled"): the warm-up 
 a level and a level's last tokens are never missed. With a log, the run also waits one stats
 interval plus a margin before each snapshot so that the interval's lines are printed.
 
+When the server stops answering (a request's connection refused, reset or cut and then
+``/v1/models`` unanswered, or a scrape refused), no more requests are sent and the level raises
+``LevelStopped`` with what it measured: its requests' numbers without the counters.
+
 The counters are server-wide: traffic from other clients in the window is counted too. Servers
 without ``/metrics`` (or without spec-decode counters) leave the spec fields empty.
 """
@@ -17,18 +21,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from dflashops.bench.client import RequestOptions, run_requests
 from dflashops.bench.endpoint import Endpoint
-from dflashops.bench.models import LevelResult, ServerLogCheck
+from dflashops.bench.models import LevelResult, RequestRecord, ServerLogCheck
 from dflashops.bench.progress import Progress
-from dflashops.bench.server_api import ServerInfo, reset_prefix_cache, scrape_metrics
+from dflashops.bench.server_api import (
+    ServerInfo,
+    reset_prefix_cache,
+    scrape_metrics,
+    unanswered,
+)
 from dflashops.bench.server_log import ServerLog, check_window
 from dflashops.bench.settings import BenchSettings
 from dflashops.bench.stats import aggregate_level
+from dflashops.bench.stopped import LevelStopped, Phase, ServerStopped
 from dflashops.errors import BenchmarkError, RemoteError
 from dflashops.metrics.spec_decode import SpecDecodeCounters, SpecDecodeDelta, delta
 
@@ -46,6 +57,45 @@ class _Snapshot(BaseModel):
 
     counters: SpecDecodeCounters | None
     log_offset: int | None
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """A level's measured requests, and what else it keeps (reset, CPU time, warnings)."""
+
+    concurrency: int
+    count: int
+    records: list[RequestRecord]
+    duration: float
+    kept: dict[str, Any]
+
+    def stopped(self, error: str, phase: Phase) -> LevelStopped:
+        """The level cut short: its requests' own numbers stand, marked incomplete; the counters
+        over it are lost with the server."""
+        level = aggregate_level(
+            self.records, max_concurrency=self.concurrency, duration=self.duration
+        )
+        update = {**self.kept, "incomplete": True, "not_sent": self.count - len(self.records)}
+        return LevelStopped(
+            error, concurrency=self.concurrency, phase=phase, level=level.model_copy(update=update)
+        )
+
+
+class _Watch:
+    """Whether the server stopped answering, asked after each lost connection, one at a time: a
+    reset can be one connection's bad luck, a server that no longer answers ``/v1/models`` is
+    gone (and then no more requests are sent)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.error: str | None = None
+        self._asking = asyncio.Lock()
+
+    async def stopped(self) -> bool:
+        async with self._asking:
+            if self.error is None:
+                self.error = await unanswered(self.endpoint)
+        return self.error is not None
 
 
 class LevelRun:
@@ -81,39 +131,44 @@ class LevelRun:
             self.notes.append(message)
 
     async def level(self, concurrency: int) -> LevelResult:
-        settings, workload = self.settings, self.settings.workload
+        """The level's result; ``LevelStopped`` when the server stops answering, with what the
+        level measured once its requests began."""
         warnings: list[str] = []
-        if settings.warmup_requests:
-            self.progress.phase(f"concurrency {concurrency}: warm-up")
-            warmup, _ = await run_requests(
-                self.client,
-                self.endpoint,
-                self.info.model,
-                workload.requests(settings.warmup_requests),
-                self.options,
-                concurrency=min(concurrency, settings.warmup_requests),
-            )
-            if not any(r.success for r in warmup):
-                raise BenchmarkError(
-                    f"{self.endpoint.root()}: the warm-up request failed: {warmup[0].error}",
-                    hint="check the server log (`dflashops logs NAME`)",
-                )
-        reset = await self._reset_prefix_cache()
-        before = await self._snapshot(concurrency, "before", warnings, log_offset=True)
-        count = settings.requests_for(concurrency)
+        try:
+            await self._warm_up(concurrency)
+            reset = await self._reset_prefix_cache()
+            before = await self._snapshot(concurrency, "before", warnings, log_offset=True)
+        except ServerStopped as exc:
+            raise LevelStopped(
+                exc.error, concurrency=concurrency, phase="before", level=None
+            ) from exc
+        count = self.settings.requests_for(concurrency)
         self.progress.start_level(concurrency, count)
+        watch = _Watch(self.endpoint)
         cpu_before = time.process_time()
         records, duration = await run_requests(
             self.client,
             self.endpoint,
             self.info.model,
-            workload.requests(count),
+            self.settings.workload.requests(count),
             self.options,
             concurrency=concurrency,
             on_done=self.progress.request_done,
+            lost_connection=watch.stopped,
         )
         client_cpu_s = time.process_time() - cpu_before
-        after = await self._snapshot(concurrency, "after", warnings, log_offset=False)
+        kept = {
+            "prefix_cache_reset": reset,
+            "client_cpu_s": round(client_cpu_s, 4),
+            "warnings": warnings,
+        }
+        sent = _Sent(concurrency, count, records, duration, kept)
+        if watch.error is not None:
+            raise sent.stopped(watch.error, "during")
+        try:
+            after = await self._snapshot(concurrency, "after", warnings, log_offset=False)
+        except ServerStopped as exc:
+            raise sent.stopped(exc.error, "after") from exc
         spec: SpecDecodeDelta | None = None
         if before.counters is not None and after.counters is not None:
             spec = delta(before.counters, after.counters)
@@ -128,14 +183,31 @@ class LevelRun:
                 f"level, the responses' usage adds up to {result.total_output_tokens} (another "
                 "client, or failed requests)"
             )
-        return result.model_copy(
-            update={
-                "server_log": log_check,
-                "prefix_cache_reset": reset,
-                "warnings": warnings,
-                "client_cpu_s": round(client_cpu_s, 4),
-            }
+        return result.model_copy(update={"server_log": log_check, **kept})
+
+    async def _warm_up(self, concurrency: int) -> None:
+        """The warm-up requests (not recorded); ``ServerStopped`` when the server is gone."""
+        settings = self.settings
+        if not settings.warmup_requests:
+            return
+        self.progress.phase(f"concurrency {concurrency}: warm-up")
+        watch = _Watch(self.endpoint)
+        warmup, _ = await run_requests(
+            self.client,
+            self.endpoint,
+            self.info.model,
+            settings.workload.requests(settings.warmup_requests),
+            self.options,
+            concurrency=min(concurrency, settings.warmup_requests),
+            lost_connection=watch.stopped,
         )
+        if watch.error is not None:
+            raise ServerStopped(watch.error)
+        if not any(r.success for r in warmup):
+            raise BenchmarkError(
+                f"{self.endpoint.root()}: the warm-up request failed: {warmup[0].error}",
+                hint="check the server log (`dflashops logs NAME`)",
+            )
 
     async def _reset_prefix_cache(self) -> bool | None:
         if not self.settings.reset_prefix_cache or self.reset_unsupported:

@@ -16,6 +16,11 @@ Server side, per level: the ``/metrics`` counter deltas (``spec_decode_*``,
 spec-decode lines of the same window (``server_log``), cross-checked on the integer
 Accepted/Drafted counts. A disagreement is a ``warnings`` entry of the level, never silent.
 
+A run whose server stops answering keeps what it measured: the finished levels as they are, the
+level in progress ``incomplete`` (its completed, failed and ``not_sent`` requests), and
+``stopped`` saying where and why; such a report is never a good measurement (``BenchInterrupted``
+in ``bench.stopped``).
+
 Room for later results: ``tune``, ``compare`` and ``roofline`` are optional JSON objects owned by
 the modules that fill them, and every level and the report have ``extras``.
 """
@@ -182,6 +187,12 @@ class LevelResult(_Strict):
     prefix_cache_reset: bool | None = Field(
         None, description="whether the server's prefix cache was reset before the level"
     )
+    incomplete: bool = Field(
+        False,
+        description="the server stopped answering during the level or its closing /metrics "
+        "scrape: the numbers cover what was measured until then, the counters are missing",
+    )
+    not_sent: int = Field(0, description="requests never sent: the server had stopped answering")
     warnings: list[str] = []
     errors: list[str] = []
     requests: list[RequestRecord] = []
@@ -197,6 +208,19 @@ class LevelResult(_Strict):
         return self.model_dump(mode="json", exclude={"requests"})
 
 
+class RunStopped(_Strict):
+    """Why a run ended before its last level: the server stopped answering."""
+
+    message: str = Field(description="the one line the command printed")
+    error: str = Field(description='what failed, e.g. "connection refused at http://…/metrics"')
+    concurrency: int = Field(description="the level in progress")
+    phase: Literal["before", "during", "after"] = Field(
+        description="where in that level: its warm-up or opening scrape, its requests, or its "
+        "closing scrape (a level stopped during or after is kept, marked incomplete)"
+    )
+    levels_not_run: list[int] = []
+
+
 class BenchReport(_Strict):
     """A saved benchmark. ``schema_version`` bumps on any incompatible change."""
 
@@ -210,6 +234,9 @@ class BenchReport(_Strict):
     tune: dict[str, Any] | None = None
     compare: dict[str, Any] | None = None
     roofline: dict[str, Any] | None = None
+    stopped: RunStopped | None = Field(
+        None, description="set when the run ended early: the server stopped answering"
+    )
     notes: list[str] = Field([], description="how the run was made (what was skipped, and why)")
     warnings: list[str] = Field([], description="what may make the numbers misleading")
     extras: dict[str, Any] = {}

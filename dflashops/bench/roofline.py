@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dflashops.bench.models import BenchReport
+from dflashops.bench.stopped import BenchInterrupted
 from dflashops.errors import RemoteError, TuneInputError
 from dflashops.remote import SshConnection, get_bytes
 from dflashops.roofline.model import RooflineSpec, roofline
@@ -181,12 +182,27 @@ def plan_roofline(
     return RooflinePlan(spec=spec, sources=sources, notes=tuple(notes))
 
 
+def with_roofline(run: Callable[[], BenchReport], plan: RooflinePlan | None) -> BenchReport:
+    """``run()``'s report with the roofline attached; a run the server stopped answering
+    carries its partial report with the roofline too (the concurrency-1 level may be whole)."""
+    try:
+        report = run()
+    except BenchInterrupted as stop:
+        if plan is None:
+            raise
+        raise BenchInterrupted(attach_roofline(stop.report, plan)) from stop
+    return report if plan is None else attach_roofline(report, plan)
+
+
 def attach_roofline(report: BenchReport, plan: RooflinePlan) -> BenchReport:
     """``report`` with its ``roofline`` section (and any warning), or with the plan's notes."""
     notes = [*report.notes, *plan.notes]
     if plan.spec is None:
         return report.model_copy(update={"notes": notes})
     level = report.level(SINGLE_STREAM)
+    if level is not None and level.incomplete:
+        notes.append("roofline: the concurrency-1 level is incomplete: no fraction of the ceiling")
+        level = None
     length = (level.spec_decode_acceptance_length if level else None) or 1.0
     measured = 1000 / level.mean_tpot_ms if level and level.mean_tpot_ms else None
     result = roofline(plan.spec, acceptance_length=length, measured_tok_s=measured)
@@ -196,7 +212,7 @@ def attach_roofline(report: BenchReport, plan: RooflinePlan) -> BenchReport:
         "measured_as": MEASURED_AS,
         "sources": plan.sources,
     }
-    if level is None:
+    if level is None and report.level(SINGLE_STREAM) is None:
         notes.append("roofline: no concurrency-1 level, so no fraction of the ceiling")
     return report.model_copy(
         update={

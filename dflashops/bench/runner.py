@@ -1,5 +1,6 @@
 """One benchmark against one server: every concurrency level in order (``level``), then the
-report, with what the server told us about itself filled into the config.
+report, with what the server told us about itself filled into the config; or, when the server
+stops answering, ``BenchInterrupted`` with the report of what was measured.
 """
 
 from __future__ import annotations
@@ -10,11 +11,18 @@ from collections.abc import Sequence
 from dflashops.bench.client import RequestOptions, max_tokens_caps
 from dflashops.bench.endpoint import Endpoint
 from dflashops.bench.level import DEFAULT_STATS_INTERVAL_S, LevelRun
-from dflashops.bench.models import BenchReport, ResolvedConfig, WorkloadInfo
+from dflashops.bench.models import (
+    BenchReport,
+    LevelResult,
+    ResolvedConfig,
+    RunStopped,
+    WorkloadInfo,
+)
 from dflashops.bench.progress import Progress, as_progress
 from dflashops.bench.server_api import ServerInfo, fetch_server_info, make_client
 from dflashops.bench.server_log import ServerLog
 from dflashops.bench.settings import BenchSettings
+from dflashops.bench.stopped import BenchInterrupted, LevelStopped
 from dflashops.errors import BenchmarkError
 from dflashops.progress import Say
 
@@ -30,6 +38,9 @@ async def run_benchmark(
     notes: Sequence[str] = (),
 ) -> BenchReport:
     """Run every level in order and return the report (not saved).
+
+    When the server stops answering, ``BenchInterrupted`` carries the report of what was measured
+    (``stopped`` says where): a caller that wants a measurement fails, ``bench`` saves it.
 
     ``server_log`` (read over SSH by ``bench NAME``) adds the log cross-check; a caller without
     one says why in ``notes``. ``stats_interval_s`` is the server's ``VLLM_LOG_STATS_INTERVAL``
@@ -64,11 +75,11 @@ async def run_benchmark(
         if settings.thinking is not None and endpoint.api != "chat":
             run.note("thinking mode not sent: it is a chat-template option (use --api chat)")
         run.warnings.extend(max_tokens_caps(workload.prompts, options))
-        levels = [await run.level(c) for c in settings.concurrency]
+        levels, stopped = await _levels(run, settings.concurrency)
     final_config, config_warnings = _resolve(config or ResolvedConfig(), endpoint, info)
     if run.server_log is not None:
         final_config = final_config.model_copy(update={"server_log": run.server_log.path})
-    return BenchReport(
+    report = BenchReport(
         label=settings.label,
         config=final_config,
         workload=WorkloadInfo(
@@ -84,9 +95,29 @@ async def run_benchmark(
             source=workload.source,
         ),
         levels=levels,
+        stopped=stopped,
         notes=run.notes,
         warnings=[*config_warnings, *run.warnings],
     )
+    if stopped is not None:
+        raise BenchInterrupted(report)
+    return report
+
+
+async def _levels(
+    run: LevelRun, planned: Sequence[int]
+) -> tuple[list[LevelResult], RunStopped | None]:
+    """Every level in order, until the server stops answering: then the levels measured so far
+    (the one in progress incomplete, when its requests had begun) and where it stopped."""
+    levels: list[LevelResult] = []
+    for concurrency in planned:
+        try:
+            levels.append(await run.level(concurrency))
+        except LevelStopped as stop:
+            if stop.level is not None:
+                levels.append(stop.level)
+            return levels, stop.record(planned)
+    return levels, None
 
 
 def run_benchmark_sync(

@@ -1,5 +1,9 @@
 """The server's side questions a benchmark asks over httpx, around the streams: which model it
-serves (``/v1/models``, ``/version``), its counters (``/metrics``), and a prefix-cache reset."""
+serves (``/v1/models``, ``/version``), its counters (``/metrics``), a prefix-cache reset, and
+whether it still answers at all.
+
+Once the run is under way, a connection refused, reset or cut on these calls is
+``ServerStopped`` (the run keeps what it measured), not an error about the call."""
 
 from __future__ import annotations
 
@@ -7,8 +11,18 @@ from dataclasses import dataclass
 
 import httpx
 
-from dflashops.bench.endpoint import CONNECT_TIMEOUT_S, Endpoint, error_body_text, one_line
+from dflashops.bench.endpoint import (
+    CONNECT_TIMEOUT_S,
+    Endpoint,
+    connection_failure,
+    error_body_text,
+    one_line,
+)
+from dflashops.bench.stopped import ServerStopped
 from dflashops.errors import BenchmarkError
+
+# the whole of one "are you there?" call: a server that takes longer is not answering
+PROBE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +89,9 @@ async def fetch_server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> Se
 async def scrape_metrics(client: httpx.AsyncClient, endpoint: Endpoint) -> str | None:
     """The ``/metrics`` text, or None when the server has no such endpoint."""
     try:
-        response = await client.get(endpoint.url("/metrics"))
+        response = await _side_call(client, endpoint, "GET", "/metrics")
     except httpx.HTTPError as exc:
-        raise BenchmarkError(f"{endpoint.root()}/metrics: {_describe(exc)}") from exc
+        raise BenchmarkError(f"{endpoint.url('/metrics')}: {_describe(exc)}") from exc
     return response.text if response.status_code == 200 else None
 
 
@@ -85,15 +99,50 @@ async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: Endpoint) -> b
     """POST ``/reset_prefix_cache``: True when done, None when the server does not offer it.
 
     vLLM serves it only with ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise, and 405 on servers that
-    know the path for GET only); an error reply or a lost connection is False.
+    know the path for GET only); an error reply is False, a lost connection ``ServerStopped``.
     """
     try:
-        response = await client.post(endpoint.url("/reset_prefix_cache"))
+        response = await _side_call(client, endpoint, "POST", "/reset_prefix_cache")
     except httpx.HTTPError:
         return False
     if response.status_code in (404, 405):
         return None
     return response.status_code == 200
+
+
+async def unanswered(endpoint: Endpoint, path: str = "/v1/models") -> str | None:
+    """None when the server answers ``path`` on a fresh connection (any HTTP reply), else what
+    failed, e.g. ``connection refused at http://…/v1/models``."""
+    url = endpoint.url(path)
+    async with make_client(endpoint, 1) as fresh:
+        try:
+            await fresh.get(url, timeout=PROBE_TIMEOUT_S)
+        except httpx.TransportError as exc:
+            return f"{connection_failure(exc)} at {url}"
+    return None
+
+
+async def _side_call(
+    client: httpx.AsyncClient, endpoint: Endpoint, method: str, path: str
+) -> httpx.Response:
+    """``method path`` on the run's client. A lost connection is tried once more on a fresh one
+    (a kept-alive connection the server closed is not a server gone); when that fails too, or
+    the call timed out, and ``/v1/models`` is unanswered as well: ``ServerStopped``. A server
+    that answers ``/v1/models`` gets the call's own error."""
+    url = endpoint.url(path)
+    try:
+        return await client.request(method, url)
+    except httpx.TimeoutException as exc:
+        failure: httpx.TransportError = exc
+    except httpx.TransportError:
+        async with make_client(endpoint, 1) as fresh:
+            try:
+                return await fresh.request(method, url)
+            except httpx.TransportError as again:
+                failure = again
+    if await unanswered(endpoint) is None:
+        raise failure
+    raise ServerStopped(f"{connection_failure(failure)} at {url}") from failure
 
 
 def _error_text(response: httpx.Response) -> str:

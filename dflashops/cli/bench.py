@@ -142,6 +142,7 @@ def bench(  # Click passes every option by keyword
 
     from dflashops.bench.entry import nothing_completed, run_bench
     from dflashops.bench.request import BenchRequest, RecordedLabels, SettingsRequest
+    from dflashops.bench.stopped import BenchInterrupted
     from dflashops.pydantic_errors import first_error_line
 
     try:
@@ -170,11 +171,15 @@ def bench(  # Click passes every option by keyword
         )
     except ValidationError as exc:
         raise click.UsageError(first_error_line(exc)) from exc
+    stopped = None
     with bench_progress(enabled=not as_json) as progress:
-        report = run_bench(request, app.inventory, progress=progress)
+        try:
+            report = run_bench(request, app.inventory, progress=progress)
+        except BenchInterrupted as stop:  # what was measured is saved and shown all the same
+            report, stopped = stop.report, stop
     path = report.save(out or Path(f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"))
     _show(report, path, as_json)
-    failure = nothing_completed(report, path)
+    failure = nothing_completed(report, path) if stopped is None else stopped.saved(path, name)
     if failure is not None:
         raise failure
 

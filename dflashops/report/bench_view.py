@@ -52,6 +52,7 @@ class ComparisonRow(BaseModel):
     values: dict[str, float | None]
     delta_pct: dict[str, float | None]
     baseline: bool
+    incomplete: bool = False
 
 
 def label_reports(loaded: Sequence[tuple[Path, BenchReport]]) -> list[LabelledReport]:
@@ -111,6 +112,12 @@ def _table(title: str) -> Table:
     )
 
 
+def _conc(level: LevelResult) -> str:
+    """The concurrency cell; a level the server stopped answering in says so."""
+    concurrency = str(level.max_concurrency)
+    return f"{concurrency} (incomplete)" if level.incomplete else concurrency
+
+
 def _mean_p99(level: LevelResult, metric: str, fmt: str) -> str:
     return f"{_fmt(level.metric('mean', metric), fmt)}/{_fmt(level.metric('p99', metric), fmt)}"
 
@@ -122,8 +129,8 @@ def levels_table(item: LabelledReport) -> Table:
         table.add_column(heading, justify="right")
     for lv in item.report.levels:
         table.add_row(
-            str(lv.max_concurrency),
-            f"{lv.completed}/{lv.failed}",
+            _conc(lv),
+            f"{lv.completed}/{lv.failed}" + (f" ({lv.not_sent} not sent)" if lv.not_sent else ""),
             _fmt(lv.output_throughput),
             _fmt(lv.request_throughput, ".2f"),
             _mean_p99(lv, "ttft", ".1f"),
@@ -142,7 +149,7 @@ def spec_table(item: LabelledReport) -> Table:
     table.add_column("per-position acceptance")  # wraps between rates, never inside one
     for lv in item.report.levels:
         table.add_row(
-            str(lv.max_concurrency),
+            _conc(lv),
             _fmt(lv.mean_tokens_per_chunk, ".2f"),
             _fmt(lv.spec_decode_acceptance_length, ".2f"),
             _fmt(lv.spec_decode_acceptance_rate),
@@ -185,7 +192,8 @@ def level_errors(item: LabelledReport) -> list[str]:
 def bench_renderables(item: LabelledReport, *, with_config: bool) -> list[RenderableType]:
     """Everything a human sees of one saved bench, in order: the config (``report`` shows it;
     ``bench`` has just printed its progress instead), the levels, spec decoding, the roofline,
-    the server log's agreement with the counters, failed requests, notes and warnings."""
+    the server log's agreement with the counters, failed requests, where the run stopped (the
+    server stopped answering), notes and warnings."""
     report = item.report
     shown: list[RenderableType] = [config_table(item)] if with_config else []
     shown.append(levels_table(item))
@@ -203,6 +211,8 @@ def bench_renderables(item: LabelledReport, *, with_config: bool) -> list[Render
                 f"{check.drafted_tokens} {verdict[check.agrees]}".rstrip()
             )
     shown += [f"[red]failed requests[/red] {error}" for error in level_errors(item)]
+    if report.stopped is not None:
+        shown.append(f"[red]stopped:[/red] {report.stopped.message}")
     shown += [f"[dim]note: {note}[/dim]" for note in report.notes]
     warnings = [*report.warnings, *(w for lv in report.levels for w in lv.warnings)]
     shown += [f"[yellow]warning:[/yellow] {warning}" for warning in warnings]
@@ -230,6 +240,7 @@ def comparison_rows(items: Sequence[LabelledReport]) -> list[ComparisonRow]:
                         for key, *_ in COMPARED
                     },
                     baseline=index == 0,
+                    incomplete=lv.incomplete,
                 )
             )
     return sorted(rows, key=lambda r: (r.max_concurrency, not r.baseline))
@@ -265,7 +276,8 @@ def comparison_table(rows: Sequence[ComparisonRow]) -> Table:
                     colour = "dim"
                 text += f" [{colour}]{change:+.0f}%[/{colour}]"
             cells.append(text)
-        table.add_row(str(row.max_concurrency), row.label, *cells)
+        run = f"{row.label} (incomplete)" if row.incomplete else row.label
+        table.add_row(str(row.max_concurrency), run, *cells)
     return table
 
 

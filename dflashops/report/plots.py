@@ -3,7 +3,8 @@
 - ``acceptance_per_position.png``: per draft position, the fraction of drafts whose token at
   that position was accepted (vLLM's per-position rate), one bar group per speculating run
   (``method: none`` runs are left out; a run whose drafter is broken shows as zeros).
-- ``throughput_by_concurrency.png``: output tokens/s and mean TPOT against concurrency.
+- ``throughput_by_concurrency.png``: output tokens/s and mean TPOT against concurrency; a level
+  the server stopped answering in is a hollow marker off the line.
 - ``tune_throughput_by_k.png``, ``compare_methods.png`` and ``roofline.png``: see
   ``report.tune_plots``.
 """
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dflashops.bench.models import BenchReport
+from dflashops.bench.models import BenchReport, LevelResult
 from dflashops.report.bench_view import LabelledReport
 from dflashops.report.figure import save_figure, use_file_backend
 from dflashops.report.tune_plots import write_tune_plots
@@ -100,10 +101,15 @@ def _concurrency_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     levels = sorted({lv.max_concurrency for item in items for lv in item.report.levels})
     for item in items:
         ordered = sorted(item.report.levels, key=lambda lv: lv.max_concurrency)
-        xs = [lv.max_concurrency for lv in ordered]
-        left.plot(xs, [lv.output_throughput for lv in ordered], marker="o", label=item.label)
-        tpot = [(lv.max_concurrency, lv.mean_tpot_ms) for lv in ordered if lv.mean_tpot_ms]
-        right.plot([x for x, _ in tpot], [y for _, y in tpot], marker="o", label=item.label)
+        whole = [lv for lv in ordered if not lv.incomplete]
+        xs = [lv.max_concurrency for lv in whole]
+        (line,) = left.plot(
+            xs, [lv.output_throughput for lv in whole], marker="o", label=item.label
+        )
+        tpot = [(lv.max_concurrency, lv.mean_tpot_ms) for lv in whole if lv.mean_tpot_ms]
+        right.plot([x for x, _ in tpot], [y for _, y in tpot], marker="o", color=line.get_color())
+        cut_short = [lv for lv in ordered if lv.incomplete]
+        _incomplete_points(left, right, cut_short, line.get_color(), f"{item.label} (incomplete)")
     _concurrency_axis(left, levels)
     left.set_ylabel("output tokens/s")
     left.set_title("Throughput (higher is better)")
@@ -114,6 +120,21 @@ def _concurrency_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     right.set_ylim(bottom=0)
     left.legend(fontsize=9)
     return save_figure(fig, path)
+
+
+def _incomplete_points(
+    left: Axes, right: Axes, levels: Sequence[LevelResult], colour: str, label: str
+) -> None:
+    """A level the server stopped answering in: its partial numbers as hollow markers, off the
+    line (they measure a dying server, not the level)."""
+    if not levels:
+        return
+    xs = [lv.max_concurrency for lv in levels]
+    ys = [lv.output_throughput for lv in levels]
+    left.scatter(xs, ys, marker="o", facecolors="none", edgecolors=colour, label=label)
+    tpot = [(lv.max_concurrency, lv.mean_tpot_ms) for lv in levels if lv.mean_tpot_ms]
+    xs, ys = [x for x, _ in tpot], [y for _, y in tpot]
+    right.scatter(xs, ys, marker="o", facecolors="none", edgecolors=colour)
 
 
 def _concurrency_axis(ax: Axes, levels: list[int]) -> None:
