@@ -2,17 +2,24 @@
 
 Why not proxmoxer directly: its default timeout is 5 s (too short for a create), its
 ``ResourceException`` hides PVE's message in ``content``, and ``Tasks.blocking_status`` neither
-checks ``exitstatus`` nor has a way to show progress. Everything that talks to the PVE API goes
-through :class:`PveClient`.
+checks ``exitstatus`` nor has a way to show progress; a transport failure reaches the caller
+as requests' nested wording ("HTTPSConnectionPool(...): Max retries exceeded ... Caused by
+...") instead of its cause. Everything that talks to the PVE API goes through
+:class:`PveClient`.
+
+Over 400 lines on purpose: the facade and the translation of every failure a call can meet
+(PVE's refusal, the login, TLS, a refused or silent endpoint) stay in the one module the layers
+below ``proxmox`` may import; apart, the translation would need a layer of its own.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -37,6 +44,10 @@ _LOCKED = re.compile(r"CT is locked|VM is locked|can't lock file")
 _EXISTS = re.compile(r"already exists")
 _DIGEST = re.compile(r"detected modified configuration")
 _NOT_FOUND = re.compile(r"does not exist|no such")
+# API endpoints ("host:port") whose last call timed out, and when. Within one timeout of that,
+# the next call fails at once: a command that asks a cluster once per container (status,
+# provision) would otherwise wait the whole timeout out again for each one.
+_TIMED_OUT_AT: dict[str, float] = {}
 
 
 def is_locked(exc: ProxmoxError) -> bool:
@@ -112,7 +123,8 @@ class PveClient:
             kwargs["token_value"] = secret
         self.cluster = cluster
         self.can_set_devices = cluster.can_set_devices
-        with translate_errors("login"):
+        self.address = f"{url.hostname}:{kwargs['port']}"
+        with self._translate("login"):
             self.api = ProxmoxAPI(url.hostname, backend="https", **kwargs)
         self._version: dict[str, Any] | None = None
 
@@ -124,20 +136,23 @@ class PveClient:
     # ------------------------------------------------------------------ generic calls
 
     def get(self, path: str, **params: Any) -> Any:
-        with translate_errors(f"GET {path}"):
+        with self._translate(f"GET {path}"):
             return self.api(path.strip("/")).get(**params)
 
     def post(self, path: str, **data: Any) -> Any:
-        with translate_errors(f"POST {path}"):
+        with self._translate(f"POST {path}"):
             return self.api(path.strip("/")).post(**data)
 
     def put(self, path: str, **data: Any) -> Any:
-        with translate_errors(f"PUT {path}"):
+        with self._translate(f"PUT {path}"):
             return self.api(path.strip("/")).put(**data)
 
     def delete(self, path: str, **params: Any) -> Any:
-        with translate_errors(f"DELETE {path}"):
+        with self._translate(f"DELETE {path}"):
             return self.api(path.strip("/")).delete(**params)
+
+    def _translate(self, what: str) -> AbstractContextManager[None]:
+        return translate_errors(what, self.address, self.cluster.timeout_s)
 
     # ------------------------------------------------------------------ tasks
 
@@ -359,12 +374,21 @@ def _credential(cluster: Cluster) -> str:
 
 
 @contextmanager
-def translate_errors(what: str) -> Iterator[None]:
-    """Turn proxmoxer and transport exceptions into :class:`ProxmoxError` with PVE's message."""
+def translate_errors(what: str, address: str, timeout_s: float) -> Iterator[None]:
+    """Turn proxmoxer and transport exceptions into :class:`ProxmoxError` with PVE's message,
+    or with why ``address`` gave none (refused, timed out after ``timeout_s``: the cause, never
+    the library's wording)."""
     import requests
     from proxmoxer import AuthenticationError
     from proxmoxer.core import ResourceException
 
+    timed_out_at = _TIMED_OUT_AT.get(address)
+    if timed_out_at is not None and time.monotonic() - timed_out_at < timeout_s:
+        ago = time.monotonic() - timed_out_at
+        raise ProxmoxError(
+            f"{what}: not asked: {address} timed out after {timeout_s:g} s "
+            f"on a call {ago:.1f} s ago"
+        )
     try:
         yield
     except ResourceException as exc:
@@ -382,14 +406,52 @@ def translate_errors(what: str) -> Iterator[None]:
             f"{what}: TLS verification failed ({_first_line(exc)})",
             hint="set ca_file to the cluster's CA (/etc/pve/pve-root-ca.pem on the node)",
         ) from None
+    except requests.exceptions.Timeout as exc:
+        _TIMED_OUT_AT[address] = time.monotonic()
+        connected = not isinstance(exc, requests.exceptions.ConnectTimeout)
+        raise ProxmoxError(
+            f"{what}: {address} timed out after {timeout_s:g} s "
+            + ("(connected, no answer)" if connected else "(no connection)"),
+            hint=(
+                "pveproxy may be hung or the node overloaded"
+                if connected
+                else "check the address, the route and the firewall"
+            )
+            + "; the cluster's timeout_s sets the wait",
+        ) from None
     except requests.exceptions.RequestException as exc:
-        raise ProxmoxError(f"{what}: {_first_line(exc)}") from None
+        cause = _cause(exc)
+        raise ProxmoxError(
+            f"{what}: {address}: {cause}",
+            hint="is pveproxy running on the node, and api_url right?"
+            if cause == "connection refused"
+            else None,
+        ) from None
+    _TIMED_OUT_AT.pop(address, None)  # it answered
 
 
 def _errors_dict(errors: Any) -> dict[str, str] | None:
     if isinstance(errors, dict):
         return {str(k): str(v).strip() for k, v in errors.items()}
     return None
+
+
+def _cause(exc: BaseException) -> str:
+    """Why a request failed, from the innermost exception (requests wraps urllib3's, which
+    wraps the socket's): ``connection refused``, ``no route to host``, a name not resolved."""
+    for _ in range(10):  # a chain is a few links long; never follow a cycle forever
+        reason = getattr(exc, "reason", None)
+        inner = reason if isinstance(reason, BaseException) else exc.__cause__ or exc.__context__
+        if inner is None and exc.args and isinstance(exc.args[0], BaseException):
+            inner = exc.args[0]
+        if inner is None or inner is exc:
+            break
+        exc = inner
+    if isinstance(exc, socket.gaierror):
+        return f"name not resolved ({exc.strerror})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[0].lower() + exc.strerror[1:]
+    return _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:
