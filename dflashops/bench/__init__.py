@@ -7,7 +7,9 @@
   ``target``: what the endpoint and ``ResolvedConfig`` are, from inventory, playbook and
   ``deployed.json``.
 - ``runner``: the whole run against one server; ``level``: one concurrency level (warm-up,
-  measured requests, counters, log window); ``progress``: what a run tells its caller.
+  measured requests, counters, log window); ``progress``: what a run tells its caller;
+  ``stopped``: a server that stops answering mid-run (``BenchInterrupted`` carries the partial
+  report: every caller fails by default, ``bench`` saves it).
 - ``endpoint``: where requests go; ``client``: the streaming OpenAI client (aiohttp);
   ``server_api``: ``/v1/models``, ``/version``, ``/metrics``, prefix-cache reset (httpx).
 - ``models``: the versioned ``BenchReport`` (JSON keys as ``vllm bench serve`` names them);

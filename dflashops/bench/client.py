@@ -153,7 +153,8 @@ class _Stream:
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     error: str | None = None
-    lost: bool = False  # the connection was refused, reset or cut: is the server still there?
+    # the connection was refused, reset or cut, or no answer came in time: is the server there?
+    lost: bool = False
     gaps: list[float] = field(default_factory=list)
     done: bool = False
     _pending: bytes = b""
@@ -257,7 +258,7 @@ async def _measure(
     prompt_id: str,
     level_start: float,
 ) -> tuple[RequestRecord, bool]:
-    """``stream_request``'s record, and whether the request lost its connection."""
+    """``stream_request``'s record, and whether the request lost its connection (or timed out)."""
     import aiohttp
 
     body = json.dumps(payload, separators=(",", ":")).encode()
@@ -272,6 +273,7 @@ async def _measure(
     except TimeoutError:
         if not stream.done:  # a finished stream was only waiting for the end of its body
             stream.error = f"timed out after {endpoint.timeout_s:g} s"
+            stream.lost = True  # a slow server still answers the check; a cut link does not
     return _record(stream, prompt_id, payload, level_start), stream.lost
 
 
@@ -346,7 +348,8 @@ async def run_requests(
     """Send ``prompts`` with at most ``concurrency`` in flight; records in prompt order, and the
     wall time from the first send to the last reply in seconds.
 
-    ``lost_connection`` is awaited after a request whose connection was refused, reset or cut;
+    ``lost_connection`` is awaited after a request whose connection was refused, reset or cut, or
+    that timed out;
     when it says True (the server stopped answering) no further request is sent, so the records
     are fewer than the prompts. The streams share one aiohttp session (``stream_session``);
     ``client``, the run's httpx client for its other calls, carries none of them.

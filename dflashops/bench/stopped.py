@@ -66,19 +66,20 @@ class BenchInterrupted(BenchmarkError):
     def __init__(self, report: BenchReport) -> None:
         if report.stopped is None:
             raise ValueError("BenchInterrupted needs a report that says where it stopped")
-        super().__init__(
-            report.stopped.message,
-            hint="rerun once the server answers again; `dflashops bench` saves the partial report",
-        )
+        super().__init__(report.stopped.message, hint=_rerun(report.config.container))
         self.report = report
 
-    def saved(self, path: Path, container: str | None) -> BenchmarkError:
+    def saved(self, path: Path) -> BenchmarkError:
         """The error ``bench`` ends with once it saved the partial report at ``path``."""
-        logs = f"`dflashops logs {container}` says why; " if container else ""
         return BenchmarkError(
             self.message,
-            hint=f"what was measured is in {path}; {logs}rerun once the server answers again",
+            hint=f"what was measured is in {path}; {_rerun(self.report.config.container)}",
         )
+
+
+def _rerun(container: str | None) -> str:
+    logs = f"`dflashops logs {container}` says why it stopped; " if container else ""
+    return f"{logs}rerun once the server answers again"
 
 
 def _counts(level: LevelResult) -> str:

@@ -179,7 +179,7 @@ def bench(  # Click passes every option by keyword
             report, stopped = stop.report, stop
     path = report.save(out or Path(f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"))
     _show(report, path, as_json)
-    failure = nothing_completed(report, path) if stopped is None else stopped.saved(path, name)
+    failure = nothing_completed(report, path) if stopped is None else stopped.saved(path)
     if failure is not None:
         raise failure
 

@@ -150,6 +150,8 @@ def _show_report(report: LaunchReport) -> None:
             highlight=False,
         )
     console.print(f"endpoint: {report.endpoint}", highlight=False)
+    for line in report.strays:  # stop ended them with the old server, or launch did
+        console.print(f"ended a stray of an earlier server: {line}", highlight=False)
     _show_members(console, report)
 
 
@@ -198,6 +200,8 @@ def _show_plan(console: Console, report: LaunchReport) -> None:
         if diff:
             console.print(Syntax(diff, "diff", theme="ansi_dark", word_wrap=True))
     console.print(f"drafter check: {report.drafter_validation}", highlight=False)
+    for line in report.strays:
+        console.print(f"would end a stray of an earlier server: {line}", highlight=False)
     verdict = "would (re)start the server" if report.restart_needed else "no restart"
     console.print(f"{verdict}: {report.reason}", highlight=False)
     _show_members(console, report)
@@ -229,6 +233,8 @@ def stop(app: AppContext, name: str, as_json: bool) -> None:
         click.echo(f"stopped the server in {name} (pid {report.pid})")
     else:
         click.echo(f"no server was running in {name}")
+    if report.note and not as_json:
+        click.secho(f"warning: {report.note}", fg="yellow", err=True)
 
 
 @click.command()

@@ -234,12 +234,21 @@ def _server_cell(entry: ContainerStatus) -> str:
         return server.problem
     placement = server.placement
     group = f"\n{_placement_cell(placement)}" if placement else ""
+    if server.strays:
+        pids = ", ".join(str(p.pid) for p in server.strays[:5])
+        held = sum(p.rss_mb for p in server.strays)
+        group += (
+            f"\n{len(server.strays)} stray engine process(es) of an earlier server "
+            f"(pid {pids}; {held} MB): `dflashops launch` or `stop` ends them"
+        )
     if not server.running:
         return ("deployed, not running" if server.deployed else "none") + group
     spec = server.method or "none"
     if server.num_speculative_tokens:
         spec += f" k={server.num_speculative_tokens}"
     up = f", up {server.uptime_s // 60}m" if server.uptime_s is not None else ""
+    if server.loading:  # a (re)started server: its port listens once the model is loaded
+        up = f", loading (up {(server.uptime_s or 0) // 60}m)"
     # a worker serves no HTTP: the endpoint is the head's
     endpoint = server.endpoint or ""
     if placement and placement.role != "head":

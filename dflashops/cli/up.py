@@ -57,10 +57,9 @@ pass_app = click.make_pass_decorator(AppContext)
     "--wait-timeout",
     "wait_timeout",
     type=click.IntRange(min=1),
-    default=DEFAULT_WAIT_S,
-    show_default=True,
     metavar="SECONDS",
-    help="With --wait: how long to wait for a busy pair before it fails.",
+    help="How long --wait waits for a busy pair before that pair fails (implies --wait). "
+    f"[default: {DEFAULT_WAIT_S}]",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document: every pair.")
 @skip_pve_check_option
@@ -78,7 +77,7 @@ def up(
     fix_drafter: bool,
     force: bool,
     wait: bool,
-    wait_timeout: int,
+    wait_timeout: int | None,
     as_json: bool,
 ) -> None:
     """Run the whole loop for each PLAYBOOK on the container it names (or each -c):
@@ -129,8 +128,8 @@ def up(
         parallel=parallel,
         fix_drafter=fix_drafter,
         force=force,
-        wait=wait,
-        wait_timeout_s=wait_timeout,
+        wait=wait or wait_timeout is not None,
+        wait_timeout_s=wait_timeout or DEFAULT_WAIT_S,
         state_dir=up_state_root(),
     )
     inventory = app.inventory()

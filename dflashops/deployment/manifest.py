@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -20,6 +20,10 @@ from dflashops.pydantic_errors import first_error_line
 from dflashops.remote import SshConnection, get_bytes, put_atomic
 
 MAX_MANIFEST_BYTES = 1 * 2**20
+
+
+class ManifestUnreadable(DflashopsError):
+    """``deployed.json`` exists but is not a manifest (truncated, edited, a full disk)."""
 
 
 class DeployedFile(BaseModel):
@@ -69,9 +73,10 @@ class DeployedManifest(BaseModel):
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
-            raise DflashopsError(
+            raise ManifestUnreadable(
                 f"{source}: not a dflashops manifest ({first_error_line(exc)})",
-                hint="it is rewritten by the next successful launch",
+                hint="`dflashops launch NAME --force` rebuilds it from what runs and the "
+                "rendered files (the broken one is kept beside it); `stop` works without it",
             ) from None
 
     def file_sha(self, path: str) -> str | None:
@@ -108,3 +113,16 @@ def write_manifest(
 ) -> None:
     """Replace the manifest atomically (mode 600: it holds the secrets file's checksum)."""
     put_atomic(conn, manifest.to_bytes(), layout.manifest, mode=0o600)
+
+
+def keep_broken(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> str:
+    """Move an unreadable manifest aside (``deployed.json.<UTC>.broken``) before it is rebuilt;
+    returns where it went."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    kept = f"{layout.manifest}.{stamp}.broken"
+    conn.run(
+        f"mv -f -- {shlex.quote(layout.manifest)} {shlex.quote(kept)}",
+        deadline=30.0,
+        display="keep the broken deployed.json",
+    )
+    return kept

@@ -48,6 +48,17 @@ class GroupView(BaseModel):
     members: list[MemberStatus]
 
 
+class StrayProcess(BaseModel):
+    """A process an earlier server left in its process group (an engine's worker whose API
+    server was killed): it holds memory, GPU memory too, until it is ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pid: int
+    rss_mb: int
+    command: str
+
+
 class ServerStatus(BaseModel):
     """The server in one container. ``running`` is the truth from the process table."""
 
@@ -74,6 +85,12 @@ class ServerStatus(BaseModel):
     dflashops_version: str | None = None
     problem: str | None = None  # e.g. an unreadable manifest, or SSH failed
     placement: GroupView | None = None  # a member of a placement: its role and group health
+    strays: list[StrayProcess] = []  # left by an earlier server: `launch` or `stop` ends them
+
+    @property
+    def loading(self) -> bool:
+        """It runs but its port does not listen yet (a restarted server loading its model)."""
+        return self.running and self.port is not None and not self.listening
 
     @classmethod
     def unreachable(cls, host: str, problem: str) -> ServerStatus:

@@ -12,6 +12,7 @@ from dflashops.doctor.rules import Rule, skip
 # (name, rule) in the order they run; the ranking, not this order, decides what shows first
 RULES: tuple[tuple[str, Rule], ...] = (
     ("server", rules_server.config_drift),
+    ("strays", rules_server.strays),
     ("drafter-config", rules_drafter.drafter_config),
     ("thinking-mode", rules_drafter.thinking_mode),
     ("engine", rules_drafter.engine_support),

@@ -10,6 +10,7 @@ from typing import Any
 
 from dflashops.bench.roofline import tp_from_argv
 from dflashops.deployment.manifest import DeployedManifest
+from dflashops.deployment.server_view import StrayProcess
 from dflashops.doctor.members import PlacementFacts
 from dflashops.doctor.nvidia import GpuState
 from dflashops.drafter.registry import RegistryEntry
@@ -89,6 +90,7 @@ class DoctorFacts:
     roofline_note: str | None = None
     tune_k_max: int | None = None
     placement: PlacementFacts | None = None  # a placement member: every member's facts
+    strays: list[StrayProcess] = field(default_factory=list)  # an earlier server's leftovers
     notes: list[str] = field(default_factory=list)
 
     @property

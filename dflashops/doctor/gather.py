@@ -86,6 +86,7 @@ def gather(
     facts.engine = status.engine
     facts.engine_version = status.engine_version
     facts.speculative_config = status.speculative_config
+    facts.strays = list(status.strays)
     if manifest is not None:
         facts.device = "cuda" if manifest.spec.get("expect_cuda", True) else "cpu"
     elif playbook is not None:

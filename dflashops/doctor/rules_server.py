@@ -163,3 +163,24 @@ def prefix_cache(facts: DoctorFacts) -> RuleResult:
             )
         ]
     )
+
+
+def strays(facts: DoctorFacts) -> RuleResult:
+    """Processes an earlier server left in its process group (its API server killed, its
+    engine and workers re-parented): they keep their memory, GPU memory too."""
+    if not facts.strays:
+        return ok("no process of an earlier server is left")
+    held = sum(p.rss_mb for p in facts.strays)
+    evidence = tuple(f"pid {p.pid} ({p.rss_mb} MB): {p.command[:100]}" for p in facts.strays[:8])
+    return RuleResult(
+        findings=[
+            Finding(
+                rule="strays",
+                severity="warning",
+                title=f"{len(facts.strays)} process(es) of an earlier server still run ({held} MB)",
+                evidence=evidence,
+                fix=f"dflashops launch {facts.container} (ends them; the running server stays)",
+                details={"pids": [p.pid for p in facts.strays], "rss_mb": held},
+            )
+        ]
+    )

@@ -18,58 +18,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import NoReturn
 
-from dflashops.deployment.manifest import write_manifest
+from dflashops.deployment.manifest import keep_broken, write_manifest
 from dflashops.engine import venv as engine_venv
-from dflashops.errors import DflashopsError, RemoteError
+from dflashops.errors import DflashopsError
 from dflashops.launch import lifecycle
 from dflashops.launch.describe import member_report, plan_report
-from dflashops.launch.diagnose import diagnose
 from dflashops.launch.facts import read_preflight
 from dflashops.launch.group import PlacementLaunchReport
-from dflashops.launch.joining import GroupWatch, MemberWatch, wait_joined
-from dflashops.launch.launch_plan import LaunchPlan, MemberPlan
+from dflashops.launch.interrupts import deferred_interrupts
+from dflashops.launch.joining import GroupWatch, wait_joined
+from dflashops.launch.launch_plan import LaunchPlan
 from dflashops.launch.member_hosts import write_member_hosts
+from dflashops.launch.member_run import MemberRun
 from dflashops.launch.placement import Member
 from dflashops.launch.readiness import ProcessView, ReadinessResult, serve_wait
-from dflashops.launch.report import LaunchFailed, LaunchReport
-from dflashops.launch.rollback import PreviousServer, failure_of, restart_previous, restore
+from dflashops.launch.report import LaunchInterrupted, LaunchReport
+from dflashops.launch.rollback import failure_of
+from dflashops.launch.undo import Undo
 from dflashops.progress import Say, quiet
-from dflashops.remote import PutResult, SshConnection, put_files
+from dflashops.remote import SshConnection, put_files
 
 LOG_TAIL_LINES = 25
-
-
-@dataclass
-class _Run:
-    """One member while the plan runs."""
-
-    plan: MemberPlan
-    conn: SshConnection
-    pushed: list[PutResult] = field(default_factory=list)
-    before: lifecycle.RunState | None = None  # just before its start: where its new log begins
-    pid: int | None = None
-    started_at: datetime | None = None
-
-    @property
-    def name(self) -> str:
-        return self.plan.name
-
-    def watch(self) -> MemberWatch:
-        assert self.pid is not None and self.before is not None
-        return MemberWatch(
-            self.name,
-            self.conn,
-            self.plan.facts.layout,
-            self.pid,
-            self.before.events_size,
-            self.before.log_size,
-            rank=self.plan.rank,
-            address=self.plan.facts.address,
-        )
 
 
 def apply_plan(
@@ -94,17 +65,20 @@ class _Apply:
         timeout_s: float,
     ) -> None:
         self.plan = plan
-        self.runs = [_Run(m, conns[m.name]) for m in plan.members]
+        self.runs = [MemberRun(m, conns[m.name]) for m in plan.members]
         self.say = say
         self.warn = warn
         self.timeout_s = timeout_s
         self.report = plan_report(plan, "dry-run")
+        self.undo = Undo(plan, self.runs, say=say, warn=self._warn, timeout_s=timeout_s)
+        self._fail = self.undo.fail
+        self._restore_all = self.undo.restore_all
 
     @property
-    def head(self) -> _Run:
+    def head(self) -> MemberRun:
         return self.runs[0]
 
-    def _say(self, run: _Run, message: str) -> None:
+    def _say(self, run: MemberRun, message: str) -> None:
         self.say(f"{run.name}: {message}" if len(self.runs) > 1 else message)
 
     def _warn(self, message: str) -> None:
@@ -115,6 +89,10 @@ class _Apply:
 
     def run(self) -> LaunchReport:
         plan = self.plan
+        for run in self.runs:
+            if run.plan.rebuild:  # --force over an unreadable deployed.json: keep it, then redo
+                kept = keep_broken(run.conn, run.plan.facts.layout)
+                self._say(run, f"the unreadable deployed.json is kept as {kept}")
         self._open_firewall()
         for run in self.runs:
             self._prepare_venv(run)
@@ -126,6 +104,7 @@ class _Apply:
                 if write_member_hosts(run.conn, members):
                     self._say(run, "the members' names written to /etc/hosts")
         if not plan.restart:
+            self._end_strays()  # the running server stays; what an earlier one left goes
             return self._unchanged()
         self._push()
         self._stop_running()
@@ -145,7 +124,7 @@ class _Apply:
         if isinstance(self.report, PlacementLaunchReport):
             self.report.firewall = lines
 
-    def _prepare_venv(self, run: _Run) -> None:
+    def _prepare_venv(self, run: MemberRun) -> None:
         facts, venv_plan = run.plan.facts, run.plan.venv_plan
         if facts.venv is None or facts.venv_wanted is None:
             return  # a restart keeps the deployed venv
@@ -157,6 +136,13 @@ class _Apply:
             venv_facts = engine_venv.probe(run.conn, facts.venv_wanted)
         engine_venv.check_ready(venv_facts, facts.venv_wanted)
 
+    def _end_strays(self) -> None:
+        for run in self.runs:
+            left = run.plan.facts.state.strays
+            if left:
+                self._say(run, f"ending {len(left)} stray engine process(es) of an earlier server")
+                lifecycle.end_processes(run.conn, left)
+
     def _unchanged(self) -> LaunchReport:
         head = self.head.plan.facts
         report = self.report
@@ -167,19 +153,37 @@ class _Apply:
             report.serving_since = report.started_at = running_since
         if isinstance(report, PlacementLaunchReport):
             report.members = [member_report(r.plan, "unchanged") for r in self.runs]
+        for run in self.runs:
+            if run.plan.rebuild:  # what runs is what is rendered: the manifest says so again
+                run.pid = run.plan.facts.state.server_pid
+                self._record(run, None)
         return report
 
     def _push(self) -> None:
-        for run in self.runs:
-            uploads = run.plan.uploads
-            if not uploads:
-                continue
-            self._say(run, f"pushing {len(uploads)} files")
-            try:
-                run.pushed = put_files(run.conn, uploads)
-            except DflashopsError:
-                self._restore_all()  # nothing was stopped: the running server keeps its files
-                raise
+        try:
+            for run in self.runs:
+                uploads = run.plan.uploads
+                if not uploads:
+                    continue
+                self._say(run, f"pushing {len(uploads)} files")
+                # one member's transaction is never cut: all its files land, or none
+                with deferred_interrupts(self.say, "finishing this push, then putting it back"):
+                    run.pushed = put_files(run.conn, uploads)
+        except DflashopsError:
+            self._restore_all()  # nothing was stopped: the running server keeps its files
+            raise
+        except KeyboardInterrupt:
+            with deferred_interrupts():
+                self._restore_all()
+            raise LaunchInterrupted(
+                "interrupted (Ctrl-C) while pushing; the previous files are back and the "
+                "server was not touched",
+                cause=None,
+                log_tail=[],
+                rolled_back=True,
+                previous_serving=None,
+                endpoint=None,
+            ) from None
 
     def _stop_running(self) -> None:
         try:
@@ -191,33 +195,45 @@ class _Apply:
         except DflashopsError:
             self._restore_all()  # the old server may still run: give it its files back
             raise
+        except KeyboardInterrupt:
+            # the old server may be stopped already: undone as a failed start is
+            self._fail(self.head, "interrupted (Ctrl-C)", exited=False, interrupted=True)
 
     # ------------------------------------------------------------------ start and wait
 
     def _start(self) -> LaunchReport:
         started = time.monotonic()
-        for run in self.runs:
-            run.before = lifecycle.run_state(run.conn, run.plan.facts.layout)
-        for run in self._start_order():
-            assert run.before is not None
-            role = run.plan.role
-            self._say(run, "starting the server" if role == "single" else f"starting {role}")
-            run.started_at = datetime.now(UTC)
-            try:
-                run.pid = lifecycle.start(
-                    run.conn, run.before, systemd=run.plan.systemd, layout=run.plan.facts.layout
-                )
-            except DflashopsError as exc:
-                self._fail(run, f"did not start: {exc.message}", exited=True)
-        joined = self._wait_joined()
-        remaining = max(self.timeout_s - (time.monotonic() - started), 1.0)
-        result = self._wait_ready(remaining)
+        try:
+            for run in self.runs:
+                run.before = lifecycle.run_state(run.conn, run.plan.facts.layout)
+            for run in self._start_order():
+                self._start_one(run)
+            joined = self._wait_joined()
+            remaining = max(self.timeout_s - (time.monotonic() - started), 1.0)
+            result = self._wait_ready(remaining)
+        except KeyboardInterrupt:
+            # Ctrl-C before the new server served: undone as a failed start is
+            self._fail(self.head, "interrupted (Ctrl-C)", exited=False, interrupted=True)
         ready_in = round(time.monotonic() - started, 1)
-        for run in self.runs:
-            self._record(run, ready_in)
+        # it serves: the manifests say so before anything else happens
+        with deferred_interrupts(self.say, "writing deployed.json"):
+            for run in self.runs:
+                self._record(run, ready_in)
         return self._started(result, ready_in, joined)
 
-    def _start_order(self) -> list[_Run]:
+    def _start_one(self, run: MemberRun) -> None:
+        assert run.before is not None
+        role = run.plan.role
+        self._say(run, "starting the server" if role == "single" else f"starting {role}")
+        run.started_at = datetime.now(UTC)
+        try:
+            run.pid = lifecycle.start(
+                run.conn, run.before, systemd=run.plan.systemd, layout=run.plan.facts.layout
+            )
+        except DflashopsError as exc:
+            self._fail(run, f"did not start: {exc.message}", exited=True)
+
+    def _start_order(self) -> list[MemberRun]:
         """Workers first (their rendezvous clients wait for the head), the head last."""
         return [*self.runs[1:], self.runs[0]]
 
@@ -268,7 +284,7 @@ class _Apply:
 
     # ------------------------------------------------------------------ after it serves
 
-    def _record(self, run: _Run, ready_in_s: float) -> None:
+    def _record(self, run: MemberRun, ready_in_s: float | None) -> None:
         exec_env, p2p = read_preflight(run.conn, run.plan.facts.layout.preflight_report)
         manifest = run.plan.manifest.model_copy(
             update={
@@ -303,83 +319,3 @@ class _Apply:
         return report
 
     # ------------------------------------------------------------------ failure
-
-    def _restore_all(self) -> None:
-        for run in self.runs:
-            try:
-                restore(run.conn, run.pushed)
-            except DflashopsError as exc:
-                self._warn(f"{run.name}: the previous files could not be put back: {exc.message}")
-
-    def _fail(
-        self, culprit: _Run, message: str, *, exited: bool, exit_code: int | None = None
-    ) -> NoReturn:
-        layout = culprit.plan.facts.layout
-        offset = culprit.before.log_size if culprit.before else 0
-        try:
-            text = lifecycle.log_since(culprit.conn, layout, offset)
-            if exit_code is None and exited and culprit.before is not None:
-                exit_code = lifecycle.exit_code_since(
-                    culprit.conn, layout, culprit.before.events_size
-                )
-        except RemoteError as exc:
-            text = f"(its log could not be read: {exc.message})"
-        # one container's log explains its own failure; a member that merely has not joined
-        # would be "explained" by whatever warning its log happens to hold
-        single = len(self.runs) == 1
-        cause = diagnose(text, exit_code) if exited or single else None
-        self.say("failed; stopping it and restoring the previous files")
-        for run in self.runs:
-            try:
-                lifecycle.stop(run.conn, systemd=run.plan.systemd, layout=run.plan.facts.layout)
-            except DflashopsError as exc:
-                self._warn(f"{run.name}: could not be stopped: {exc.message}")
-        self._restore_all()
-        previous = None
-        head = self.head
-        if single and head.plan.facts.state.running and any(r.changed for r in head.pushed):
-            # the files that served before are back: start them again (unchanged files would
-            # only fail the same way)
-            self.say("starting the previous server again")
-            previous = restart_previous(
-                head.conn,
-                head.plan.facts,
-                systemd=head.plan.systemd,
-                api_key=self.plan.api_key,
-                timeout_s=self.timeout_s,
-                say=self.say,
-            )
-        hint = cause.hint if cause else None
-        if single:
-            what = f"{cause.summary if cause else message} ({message}); {self._outcome(previous)}"
-            if self.plan.kind == "restart":
-                what = f"restart failed: {what}"
-        else:
-            p = culprit.plan
-            why = f" ({cause.summary})" if cause else ""
-            what = (
-                f"member {p.name} ({p.role}, rank {p.rank}, {p.facts.address}) {message}{why}; "
-                "every member is stopped and has its previous files back"
-            )
-            hint = hint or f"read its log: dflashops logs {p.name}; rerun launch once it is fixed"
-        before = self.head.plan.facts.manifest
-        raise LaunchFailed(
-            what,
-            cause=cause,
-            log_tail=lifecycle.tail_of(text, LOG_TAIL_LINES),
-            rolled_back=True,
-            previous_serving=previous.serving if previous else None,
-            endpoint=before.endpoint if previous and previous.serving and before else None,
-            hint=hint,
-        )
-
-    def _outcome(self, previous: PreviousServer | None) -> str:
-        head = self.head
-        if self.plan.kind == "restart":
-            return "the server is stopped"
-        if previous is not None:
-            before = head.plan.facts.manifest
-            return previous.outcome(before.endpoint if before else None)
-        if any(r.backup for r in head.pushed):
-            return "the previous files were restored (nothing was serving before)"
-        return "nothing was deployed before; the new files were removed"

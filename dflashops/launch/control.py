@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.deployment.api_key import server_api_key
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
-from dflashops.deployment.manifest import read_manifest, write_manifest
+from dflashops.deployment.manifest import ManifestUnreadable, read_manifest, write_manifest
 from dflashops.errors import DflashopsError, ServerError
 from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
@@ -31,6 +31,7 @@ class StopReport(BaseModel):
     was_running: bool
     pid: int | None = None
     members: list[MemberStop] = []  # a placement member stops its whole group: each member
+    note: str | None = None  # e.g. deployed.json could not be read (the server is stopped)
 
 
 class RestartReport(BaseModel):
@@ -69,14 +70,21 @@ def stop_server(
                 members=list(group.members),
             )
         state = lifecycle.run_state(conn, layout)
-        if state.running:
+        if state.running or state.strays:  # stop ends every group a server was started in
             lifecycle.stop(conn, systemd=state.systemd, layout=layout, disable=True)
-        manifest = read_manifest(conn, layout)
+        note = None
+        try:
+            manifest = read_manifest(conn, layout)
+        except ManifestUnreadable as exc:  # stopping needs only the pid files and the groups
+            manifest = None
+            note = f"{exc.message}; `dflashops launch {container_name} --force` rebuilds it"
         if manifest is not None and manifest.pid is not None:
             write_manifest(
                 conn, manifest.model_copy(update={"pid": None, "started_at": None}), layout
             )
-    return StopReport(container=container_name, was_running=state.running, pid=state.server_pid)
+    return StopReport(
+        container=container_name, was_running=state.running, pid=state.server_pid, note=note
+    )
 
 
 def restart_server(

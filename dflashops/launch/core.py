@@ -147,6 +147,23 @@ class _Planner:
             layout=self.options.layout,
         )
 
+    def _manifest(self, facts: HostFacts) -> tuple[str, ...]:
+        """An unreadable ``deployed.json`` refuses the launch; ``--force`` rebuilds it (the
+        warning says so)."""
+        problem = facts.manifest_problem
+        if problem is None:
+            return ()
+        if not self.options.force:
+            raise LaunchRefused(
+                f"{facts.name}: {problem}",
+                hint=f"`dflashops launch {facts.name} --force` rebuilds it from what runs and "
+                "the rendered files (the broken one is kept beside it)",
+            )
+        return (
+            f"{facts.name}: deployed.json is unreadable ({problem}); --force rebuilds it and "
+            "keeps the broken one as deployed.json.<UTC time>.broken",
+        )
+
     def _judge(self, name: str, given: DrafterJudgement | None) -> DrafterJudgement:
         if given is not None:
             return given
@@ -162,6 +179,7 @@ class _Planner:
         target = self.hosts.accesses[name]
         self.say(f"reading {name} ({target.address})")
         facts = self._read(name, target.address)
+        warnings = self._manifest(facts)
         return plan_single(
             facts,
             self.playbook,
@@ -169,6 +187,7 @@ class _Planner:
             api_key=self.api_key,
             endpoint=self._endpoint(server_address(target.container) or target.address),
             wheel=self.wheel,
+            warnings=warnings,
         )
 
     def placement(self, name: str, judgement: DrafterJudgement | None) -> LaunchPlan:
@@ -186,6 +205,7 @@ class _Planner:
         for member in members:
             self.say(f"reading {member.name} ({member.address}, {member.role})")
             facts.append(self._read(member.name, member.address))
+        rebuilt = tuple(line for host in facts for line in self._manifest(host))
         # every member loads the same files (compared next), so the head's check stands for all
         judged = self._judge(head.name, judgement)
         paths = [str(book.model.path)]
@@ -214,7 +234,7 @@ class _Planner:
             wheel=self.wheel,
             model_copies=copies.line,
             firewall=firewall,
-            warnings=copies.warnings,
+            warnings=(*rebuilt, *copies.warnings),
         )
 
 

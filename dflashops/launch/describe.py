@@ -55,6 +55,11 @@ def plan_report(plan: LaunchPlan, action: LaunchAction = "dry-run") -> LaunchRep
         "drafter_findings": judgement.validation.lines() if judgement else [],
         "forced": judgement.forced if judgement else False,
         "warnings": list(plan.warnings),
+        "strays": [
+            (f"{m.name}: " if group else "") + p.line()
+            for m in plan.members
+            for p in m.facts.state.strays
+        ],
     }
     if plan.placement is None:
         return LaunchReport.model_validate(fields)

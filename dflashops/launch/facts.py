@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, replace
 
 from dflashops.deployment.layout import Layout
-from dflashops.deployment.manifest import DeployedManifest, read_manifest
+from dflashops.deployment.manifest import DeployedManifest, ManifestUnreadable, read_manifest
 from dflashops.engine import venv as engine_venv
 from dflashops.engine.wheel import LocalWheel
 from dflashops.errors import RemoteError
@@ -39,6 +39,8 @@ class HostFacts:
     # the engine venv as the playbook wants it; None for a restart, which keeps what is there
     venv_wanted: engine_venv.VenvWanted | None = None
     venv: engine_venv.VenvFacts | None = None
+    # deployed.json exists but cannot be read: why (``launch --force`` rebuilds it)
+    manifest_problem: str | None = None
 
     @property
     def supervisor(self) -> Supervisor:
@@ -103,13 +105,19 @@ def read_host(
 
 def read_deployed(conn: SshConnection, name: str, address: str, layout: Layout) -> HostFacts:
     """What a restart plans from: what runs and what was deployed (two SSH commands)."""
+    state = lifecycle.run_state(conn, layout)
+    try:
+        manifest, problem = read_manifest(conn, layout), None
+    except ManifestUnreadable as exc:
+        manifest, problem = None, exc.message
     return HostFacts(
         name=name,
         address=address,
         layout=layout,
-        state=lifecycle.run_state(conn, layout),
-        manifest=read_manifest(conn, layout),
+        state=state,
+        manifest=manifest,
         files={},
+        manifest_problem=problem,
     )
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
-from dflashops.deployment.manifest import read_manifest, write_manifest
+from dflashops.deployment.manifest import ManifestUnreadable, read_manifest, write_manifest
 
 # status of the group lives with ``status`` (its probe needs it); kept importable from here
 from dflashops.deployment.server_view import MemberStatus
@@ -98,9 +98,12 @@ def stop_placement(
             target = connect(inventory, name, deadline=60.0)
             with target.conn as conn:
                 state = lifecycle.run_state(conn, layout)
-                if state.running:
+                if state.running or state.strays:
                     lifecycle.stop(conn, systemd=state.systemd, layout=layout, disable=True)
-                manifest = read_manifest(conn, layout)
+                try:
+                    manifest = read_manifest(conn, layout)
+                except ManifestUnreadable:  # stopped all the same: launch --force rebuilds it
+                    manifest = None
                 if manifest is not None and manifest.pid is not None:
                     write_manifest(
                         conn,

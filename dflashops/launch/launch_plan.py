@@ -47,6 +47,11 @@ class MemberPlan:
     manifest: DeployedManifest
 
     @property
+    def rebuild(self) -> bool:
+        """Its ``deployed.json`` is unreadable: kept aside and written anew."""
+        return self.facts.manifest_problem is not None
+
+    @property
     def name(self) -> str:
         return self.facts.name
 
@@ -167,7 +172,9 @@ def member_plan(
         rendered=rendered,
         changes=tuple(changes),
         venv_plan=venv_plan,
-        decision=decide(changes, facts.state, facts.manifest),
+        decision=decide(
+            changes, facts.state, facts.manifest, rebuild=facts.manifest_problem is not None
+        ),
         manifest=new_manifest(
             book,
             facts.name,
@@ -187,6 +194,7 @@ def plan_single(
     api_key: str | None,
     endpoint: str,
     wheel: LocalWheel,
+    warnings: tuple[str, ...] = (),
 ) -> LaunchPlan:
     """One container serves the playbook."""
     rendered = render(playbook, render_inputs(facts, playbook, judgement, api_key))
@@ -210,7 +218,7 @@ def plan_single(
         restart=member.decision.restart,
         reason=member.decision.reason,
         judgement=judgement,
-        warnings=judgement.warnings,
+        warnings=(*judgement.warnings, *warnings),
     )
 
 

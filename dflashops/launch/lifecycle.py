@@ -14,10 +14,21 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dflashops.deployment.layout import DEFAULT_LAYOUT, UNIT_NAME, Layout
 from dflashops.errors import ServerError
+from dflashops.launch.processes import (
+    END_GRACE_S,
+    IN_GROUPS,
+    Process,
+    end_script,
+    groups_script,
+    parse_processes,
+    processes_script,
+    strays,
+)
 from dflashops.launch.readiness import ProcessView
 from dflashops.remote import SshConnection
 
@@ -27,7 +38,8 @@ STOP_GRACE_S = 45.0
 LOG_TAIL_BYTES = 256 * 1024
 
 # Shell helpers every script below starts with.
-_HELPERS = r"""
+_HELPERS = (
+    r"""
 ours() {
     p=$1
     case "$p" in ''|*[!0-9]*) return 1 ;; esac
@@ -41,6 +53,8 @@ pgid_of() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f3; }
 size_of() { if [ -f "$1" ]; then wc -c < "$1" | tr -d ' '; else echo 0; fi; }
 readpid() { [ -f "$1" ] && head -c 32 "$1" | tr -dc '0-9'; }
 """
+    + IN_GROUPS
+)
 
 
 def _script(*lines: str) -> str:
@@ -57,6 +71,8 @@ class RunState:
     unit_active: bool
     events_size: int
     log_size: int
+    # processes an earlier server of a recorded group left (see dflashops.launch.processes)
+    strays: tuple[Process, ...] = ()
 
     @property
     def running(self) -> bool:
@@ -72,6 +88,7 @@ def state_script(layout: Layout) -> str:
         "echo systemd; systemctl is-active --quiet " + UNIT_NAME + " && echo unit-active; fi",
         f'echo "events $(size_of {q(layout.events)})"',
         f'echo "log $(size_of {q(layout.log)})"',
+        processes_script(layout),
     )
 
 
@@ -79,14 +96,17 @@ def parse_state(output: str) -> RunState:
     values: dict[str, str] = {}
     for line in output.splitlines():
         key, _, value = line.strip().partition(" ")
-        values[key] = value
+        if key != "proc":
+            values[key] = value
+    server, supervisor = _int(values.get("server")), _int(values.get("supervisor"))
     return RunState(
-        server_pid=_int(values.get("server")),
-        supervisor_pid=_int(values.get("supervisor")),
+        server_pid=server,
+        supervisor_pid=supervisor,
         systemd="systemd" in values,
         unit_active="unit-active" in values,
         events_size=_int(values.get("events")) or 0,
         log_size=_int(values.get("log")) or 0,
+        strays=tuple(strays(parse_processes(output), server, supervisor)),
     )
 
 
@@ -255,7 +275,16 @@ def stop_script(layout: Layout, *, systemd: bool, disable: bool, grace_s: float)
         verb = "disable --now" if disable else "stop"
         lines.append(f"systemctl {verb} --quiet {UNIT_NAME} 2>/dev/null || true")
     lines += [
-        "groups=''",
+        # every group a server was started in: a killed server's engine children live on in
+        # its group after it (dflashops.launch.processes); one member still ours is enough
+        groups_script(layout),
+        "recorded=$groups; groups=''",
+        "for g in $recorded; do",
+        '    [ "$g" != "$(pgid_of $$)" ] || continue',
+        '    for p in $(in_groups "$g" | cut -d" " -f1); do',
+        '        if ours "$p"; then kill -TERM "-$g" 2>/dev/null; groups="$groups $g"; break; fi',
+        "    done",
+        "done",
         f"for f in {q(layout.supervisor_pidfile)} {q(layout.pidfile)}; do",
         '    p=$(readpid "$f"); ours "$p" || continue',
         '    g=$(pgid_of "$p"); case "$g" in \'\'|*[!0-9]*) continue ;; esac',
@@ -294,3 +323,14 @@ def stop(
         deadline=grace_s + PROBE_DEADLINE_S,
         display="stop server",
     )
+
+
+def end_processes(conn: SshConnection, found: Sequence[Process]) -> None:
+    """End ``found`` (strays of an earlier server: the running server's tree is never among
+    them), each only while it is still ours."""
+    if found:
+        conn.run(
+            _script(end_script([p.pid for p in found])),
+            deadline=END_GRACE_S + PROBE_DEADLINE_S,
+            display="end stray engine processes",
+        )

@@ -48,11 +48,19 @@ def file_changes(
 
 
 def decide(
-    changes: list[FileChange], state: RunState, manifest: DeployedManifest | None
+    changes: list[FileChange],
+    state: RunState,
+    manifest: DeployedManifest | None,
+    *,
+    rebuild: bool = False,
 ) -> Decision:
+    """``rebuild``: ``deployed.json`` is unreadable and ``--force`` rebuilds it (from what runs,
+    when the files are the rendered ones and the server runs)."""
     changed = [c.path for c in changes if c.action != "same"]
     if changed:
         return Decision(True, "changed: " + ", ".join(changed))
+    if rebuild and state.server_pid is not None:
+        return Decision(False, "files unchanged and the server is running (deployed.json rebuilt)")
     if manifest is None:
         return Decision(True, "no deployment manifest")
     if state.server_pid is None:

@@ -42,6 +42,8 @@ class LaunchReport(BaseModel):
     drafter_findings: list[str] = []
     forced: bool = False
     warnings: list[str] = []
+    # processes an earlier server left in its group (a dry run: would be ended)
+    strays: list[str] = []
 
     def save(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
@@ -75,3 +77,8 @@ class LaunchFailed(ServerError):
 
 class LaunchRefused(ServerError):
     """launch stopped before changing anything (a failing drafter check, a wrong venv)."""
+
+
+class LaunchInterrupted(LaunchFailed):
+    """Ctrl-C before the new server served: undone as a failed start is (the previous files and
+    server back), so ``deployed.json`` still says what runs."""

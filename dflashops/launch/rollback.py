@@ -49,35 +49,56 @@ def restore(conn: SshConnection, pushed: Sequence[PutResult]) -> None:
 class PreviousServer:
     """What became of the server that ran before a failed launch."""
 
-    serving: bool
+    serving: bool | None  # None: started again, not waited for (Ctrl-C)
     why: str = ""  # why it did not come back
 
     def outcome(self, endpoint: str | None) -> str:
+        if self.serving is None:
+            return f"rolled back; the previous server is starting again at {endpoint or '?'}"
         if self.serving:
             return f"rolled back; the previous server serves again at {endpoint or '?'}"
         return f"rolled back, but the previous server did not come back ({self.why})"
 
 
-def restart_previous(
+@dataclass(frozen=True)
+class Restarted:
+    """The previous server, started again: its pid, and where its events and log begin."""
+
+    pid: int
+    before: lifecycle.RunState
+    started_at: datetime
+
+
+def start_previous(conn: SshConnection, facts: HostFacts, *, systemd: bool) -> Restarted:
+    """Start the server that ran before a failed launch again, its files put back; its manifest
+    gets the new pid at once, so it never names a dead process (``ready_in_s`` once it serves).
+    Raises :class:`~dflashops.errors.DflashopsError` when it does not start."""
+    before = lifecycle.run_state(conn, facts.layout)
+    pid = lifecycle.start(conn, before, systemd=systemd, layout=facts.layout)
+    restarted = Restarted(pid, before, datetime.now(UTC))
+    if facts.manifest is not None:
+        update = {"pid": pid, "started_at": restarted.started_at, "ready_in_s": None}
+        write_manifest(conn, facts.manifest.model_copy(update=update), facts.layout)
+    return restarted
+
+
+def await_previous(
     conn: SshConnection,
     facts: HostFacts,
+    restarted: Restarted,
     *,
-    systemd: bool,
     api_key: str | None,
     timeout_s: float,
     say: Say,
 ) -> PreviousServer:
-    """Start the server that ran before a failed launch again, its files put back (its
-    manifest gets the new pid once it serves)."""
-    try:
-        before = lifecycle.run_state(conn, facts.layout)
-        pid = lifecycle.start(conn, before, systemd=systemd, layout=facts.layout)
-    except DflashopsError as exc:
-        return PreviousServer(False, f"it did not start: {exc.message}")
+    """Wait until the restarted previous server serves (its manifest gets its ready time)."""
     manifest = facts.manifest
     if manifest is None:
         return PreviousServer(True)
-    watch = lifecycle.Watcher(conn, facts.layout, pid, before.events_size, before.log_size)
+    before = restarted.before
+    watch = lifecycle.Watcher(
+        conn, facts.layout, restarted.pid, before.events_size, before.log_size
+    )
     try:
         result = deployed_wait(watch, manifest, api_key, timeout_s=timeout_s, progress=say)
     except DflashopsError as exc:
@@ -86,6 +107,10 @@ def restart_previous(
         message, _code = failure_of(result, timeout_s)
         tail = lifecycle.log_tail(conn, facts.layout, before.log_size, 1)
         return PreviousServer(False, message + (f"; its log ends: {tail[-1]}" if tail else ""))
-    update = {"pid": pid, "started_at": datetime.now(UTC), "ready_in_s": result.elapsed_s}
+    update = {
+        "pid": restarted.pid,
+        "started_at": restarted.started_at,
+        "ready_in_s": round(result.elapsed_s, 1),
+    }
     write_manifest(conn, manifest.model_copy(update=update), facts.layout)
     return PreviousServer(True)

@@ -20,13 +20,20 @@ from typing import Any, Protocol
 from dflashops.deployment.access import connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.deployment.managed import ManagedCheck
-from dflashops.deployment.manifest import DeployedManifest, read_manifest
-from dflashops.deployment.server_view import GroupHealth, GroupView, MemberStatus, ServerStatus
+from dflashops.deployment.manifest import DeployedManifest, ManifestUnreadable, read_manifest
+from dflashops.deployment.server_view import (
+    GroupHealth,
+    GroupView,
+    MemberStatus,
+    ServerStatus,
+    StrayProcess,
+)
 from dflashops.errors import DflashopsError, RemoteError
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import Container
 from dflashops.launch.lifecycle import _HELPERS
 from dflashops.launch.members import placement_file
+from dflashops.launch.processes import parse_processes, processes_script, strays
 from dflashops.remote import SshConnection, get_text
 from dflashops.server.argv import flag_value
 
@@ -50,6 +57,7 @@ def status_script(layout: Layout) -> str:
             "fi",
             "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null "
             '| awk \'$4 == "0A" {print "listen " $2}\'',
+            processes_script(layout),
             f"if [ -f {q(layout.manifest)} ]; then echo {_MARK}; cat {q(layout.manifest)}; fi",
         ]
     )
@@ -61,6 +69,8 @@ def parse_status(output: str, host: str) -> ServerStatus:
     listening_ports: set[int] = set()
     for line in head.splitlines():
         key, _, value = line.partition(" ")
+        if key == "proc":
+            continue
         if key == "listen":
             port_hex = value.rsplit(":", 1)[-1]
             try:
@@ -76,6 +86,8 @@ def parse_status(output: str, host: str) -> ServerStatus:
         except Exception as exc:  # a broken manifest must not hide the process facts
             problem = getattr(exc, "message", str(exc))
     pid = _int(values.get("pid"))
+    supervisor = _int(values.get("supervisor"))
+    left = strays(parse_processes(head), pid, supervisor)
     argv = _argv(values.get("cmdline"))
     spec_config = _speculative_config(argv) if argv else None
     status = ServerStatus(
@@ -83,9 +95,10 @@ def parse_status(output: str, host: str) -> ServerStatus:
         deployed=manifest is not None,
         running=pid is not None,
         pid=pid,
-        supervisor_pid=_int(values.get("supervisor")),
+        supervisor_pid=supervisor,
         uptime_s=_int(values.get("uptime")) if pid else None,
         problem=problem,
+        strays=[StrayProcess(pid=p.pid, rss_mb=p.rss_kb // 1024, command=p.command) for p in left],
     )
     if manifest is not None:
         status.supervisor = manifest.supervisor
@@ -200,11 +213,17 @@ def status_probe(inventory: Inventory, container: Container, entry: LocatedRow) 
 
 def read_placement(conn: SshConnection, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Any] | None:
     """The ``placement.json`` a member keeps, or None: a single-container deployment (also when a
-    single-container launch replaced a placement there: its manifest does not list the file)."""
+    single-container launch replaced a placement there: its manifest does not list the file).
+    With ``deployed.json`` unreadable the file's presence decides (``stop`` must still stop the
+    whole group)."""
     path = placement_file(layout)
-    manifest = read_manifest(conn, layout)
-    if manifest is None or all(f.path != path for f in manifest.files):
-        return None
+    try:
+        manifest = read_manifest(conn, layout)
+    except ManifestUnreadable:
+        manifest = None
+    else:
+        if manifest is None or all(f.path != path for f in manifest.files):
+            return None
     try:
         data = json.loads(get_text(conn, path))
     except (RemoteError, ValueError):

@@ -103,6 +103,12 @@ def run_from_report(report: BenchReport, origin: str, *, where: str | None = Non
             field="from",
             hint="bench with --concurrency 1",
         )
+    if level.incomplete:
+        raise TuneInputError(
+            f"{where}: the concurrency-1 level is incomplete (the server stopped answering)",
+            field="from",
+            hint="bench again once the server answers",
+        )
     if level.mean_tpot_ms:
         rate = 1000.0 / level.mean_tpot_ms
     elif level.output_throughput > 0:

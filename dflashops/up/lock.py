@@ -95,12 +95,8 @@ class Holder:
         """Why a line under a free flock names no live holder."""
         if self.host != socket.gethostname():
             return f"it ran on {self.host}, and holds the lock no more"
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+        if not _running(self.pid):
             return f"pid {self.pid} is not running"
-        except PermissionError:
-            pass  # alive, another user's
         return f"pid {self.pid} holds no lock (a new process has its number)"
 
 
@@ -224,6 +220,19 @@ def _try_flock(fd: int, kind: int) -> bool:
             return False
         raise
     return True
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    try:  # a zombie has exited; only its parent has not reaped it yet
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _read(fd: int) -> str:
