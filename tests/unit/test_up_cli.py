@@ -138,3 +138,17 @@ def test_help_teaches_wait() -> None:
     result = CliRunner().invoke(cli, ["up", "--help"])
     assert "--wait" in result.output and "--wait-timeout" in result.output
     assert "busy" in result.output
+
+
+def test_a_busy_pair_fails_at_once_and_wait_timeout_waits_first(workdir: Path) -> None:
+    from dflashops.up.lock import take_lock
+
+    with take_lock(workdir / "up" / "nameless@c.ct"):  # another run holds the pair
+        runner = CliRunner()
+        at_once = runner.invoke(cli, ["up", "nameless.yaml", "-c", "ct", "--json"])
+        assert at_once.exit_code == 1
+        [pair] = json.loads(at_once.stdout)["pairs"]
+        assert pair["error"].startswith("busy: up by pid ") and "--wait" in pair["error"]
+        waited = runner.invoke(cli, ["up", "nameless.yaml", "-c", "ct", "--wait-timeout", "1"])
+        assert waited.exit_code == 1
+        assert "; waited 1 s" in " ".join(waited.stdout.split())
