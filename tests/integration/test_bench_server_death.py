@@ -29,6 +29,8 @@ from dflashops.bench.settings import BenchSettings
 from dflashops.bench.stopped import BenchInterrupted
 from dflashops.bench.workload import load_workload
 from dflashops.cli import cli
+from dflashops.errors import TuneInputError
+from dflashops.tune.source import run_from_report
 
 ROOT = Path(__file__).resolve().parents[2]
 LEVELS = "1,2,4"
@@ -171,3 +173,7 @@ def test_a_server_that_dies_at_a_metrics_scrape(tmp_path: Path, scrape: int, pha
     assert (level.max_concurrency, level.completed, level.failed) == (1, REQUESTS, 0)
     assert level.incomplete == (phase == "after")
     assert (level.spec_decode_acceptance_length is None) == (phase == "after")
+    if phase == "after":  # an incomplete concurrency-1 level is no single-stream measurement
+        config = report.config.model_copy(update={"method": "dflash", "num_speculative_tokens": 4})
+        with pytest.raises(TuneInputError, match="concurrency-1 level is incomplete"):
+            run_from_report(report.model_copy(update={"config": config}), "killed.json")
