@@ -110,13 +110,13 @@ async def _levels(
     """Every level in order, until the server stops answering: then the levels measured so far
     (the one in progress incomplete, when its requests had begun) and where it stopped."""
     levels: list[LevelResult] = []
-    for concurrency in planned:
+    for index, concurrency in enumerate(planned):
         try:
             levels.append(await run.level(concurrency))
         except LevelStopped as stop:
             if stop.level is not None:
                 levels.append(stop.level)
-            return levels, stop.record(planned)
+            return levels, stop.record(planned[index + 1 :])
     return levels, None
 
 

@@ -41,11 +41,10 @@ class LevelStopped(ServerStopped):
         self.phase: Phase = phase
         self.level = level
 
-    def record(self, planned: Sequence[int]) -> RunStopped:
-        """The report's ``stopped``: this stop, and the levels of ``planned`` it left unrun."""
-        levels = list(planned)
-        at = levels.index(self.concurrency)
-        not_run = levels[at + 1 :] if self.level is not None else levels[at:]
+    def record(self, later: Sequence[int]) -> RunStopped:
+        """The report's ``stopped``: this stop, and the levels it left unrun (this one, when
+        nothing of it was measured, and the ``later`` ones)."""
+        not_run = [*([] if self.level is not None else [self.concurrency]), *later]
         text = f"the server stopped answering {self.phase} level c={self.concurrency}: {self.error}"
         if self.level is not None:
             text += f" ({_counts(self.level)})"
