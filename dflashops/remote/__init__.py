@@ -12,6 +12,7 @@ from dflashops.remote.errors import (
     HostKeyError,
     RemoteConnectError,
     RemoteDeadlineError,
+    RemoteDiskFullError,
     RemoteTransferError,
 )
 from dflashops.remote.files import (
@@ -37,6 +38,7 @@ __all__ = [
     "PutResult",
     "RemoteConnectError",
     "RemoteDeadlineError",
+    "RemoteDiskFullError",
     "RemoteTransferError",
     "SshConnection",
     "for_each_host",

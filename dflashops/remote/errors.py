@@ -61,6 +61,27 @@ class RemoteTransferError(RemoteError):
         self.paths = list(paths)
 
 
+class RemoteDiskFullError(RemoteTransferError):
+    """The filesystem holding a target has no room for the upload; nothing changed (the targets
+    are as before, the temp files removed)."""
+
+    def __init__(
+        self, message: str, *, host: str, paths: Sequence[str], mount: str, free: int, needed: int
+    ) -> None:
+        super().__init__(
+            message,
+            host=host,
+            paths=paths,
+            hint=f"free space on {mount} (old backups *.bak, logs, caches) or grow it, then rerun",
+        )
+        #: the mount point of the full filesystem, as ``df`` names it on the host
+        self.mount = mount
+        #: bytes available there (with this upload's temp files removed)
+        self.free = free
+        #: bytes the upload needs there (its files, rounded up to blocks, plus a margin)
+        self.needed = needed
+
+
 class GroupError(DflashopsError):
     """Some hosts of a group operation failed; the others' results are kept in ``result``."""
 

@@ -3,7 +3,9 @@
 A put never leaves a partial or corrupt target, whatever happens to the link or the host:
 
 1. one probe reads each target's mode and sha256 (and removes temp files an interrupted earlier
-   put left behind); files whose content and mode already match are not sent again;
+   put left behind) and the room on each target's filesystem; files whose content and mode
+   already match are not sent again, and an upload that does not fit is refused before a byte
+   is written (:class:`RemoteDiskFullError`);
 2. the new content goes over SFTP to a temp file in the target's directory;
 3. one shell script (immune to a dropped connection: it ignores SIGHUP and SIGPIPE) checks each
    temp's sha256, fsyncs it, keeps the old file as ``<file>.<UTC timestamp>.bak`` (a hard link,
@@ -14,7 +16,8 @@ With several files (:func:`put_files`) every temp is uploaded and verified befor
 rename; if a rename fails the script puts every old version back (and removes files it
 created), so either all new versions are in place or none. A host that crashes in the
 milliseconds between two renames can leave some renamed; the backups are there to see and
-rerunning the put converges.
+rerunning the put converges. A failed upload or commit removes its temps and looks at the
+room again: a disk that filled up meanwhile is reported as full, not as a corrupted transfer.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 from dflashops.errors import RemoteError
 from dflashops.remote.connection import SshConnection
 from dflashops.remote.errors import RemoteTransferError
+from dflashops.remote.space import ROOM_MARK, disk_full, parse_rooms, room_script, shortfall
 
 BACKUPS_KEPT = 5
 CHUNK = 256 * 1024
@@ -96,9 +100,11 @@ def put_files(
 
     Each remote step (probe, upload, commit) is bounded by ``deadline`` (the connection's
     default when None). Missing parent directories are created. Raises
-    :class:`RemoteTransferError` when a file was corrupted in transit or a rename failed (all
-    targets are then as before), :class:`~dflashops.errors.RemoteError` when the connection
-    fails (targets are as before, or, if it dropped during the final step, all new).
+    :class:`RemoteDiskFullError` when a target's filesystem has no room for the upload (found
+    before it, or after it failed), :class:`RemoteTransferError` when a file was corrupted in
+    transit or a rename failed (all targets are then as before, temps removed),
+    :class:`~dflashops.errors.RemoteError` when the connection fails (targets are as before, or,
+    if it dropped during the final step, all new).
     """
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):
@@ -119,8 +125,11 @@ def put_files(
             results[p.upload.path] = PutResult(conn.name, p.upload.path, p.sha256, changed=True)
     changed = [p for p in plans if p.needs_upload]
     if changed:
-        _upload(conn, changed, deadline)
-        backups = _commit(conn, changed, deadline)
+        try:
+            _upload(conn, changed, deadline)
+            backups = _commit(conn, changed, deadline)
+        except RemoteTransferError as exc:
+            raise _full_disk(conn, changed, deadline) or exc from None
         for p in changed:
             results[p.upload.path] = PutResult(
                 conn.name,
@@ -195,12 +204,15 @@ def _plan(conn: SshConnection, files: Sequence[FileUpload], deadline: float | No
             f'if [ -f {q} ]; then echo "file $(stat -c %a {q}) $(sha256sum < {q} | cut -c1-64)"; '
             f"elif [ -e {q} ]; then echo other; else echo absent; fi"
         )
+    lines.append(room_script(dirs))
     probe = conn.run(
         "\n".join(lines),
         deadline=deadline,
         display="stat " + " ".join(f.path for f in files),
     )
-    states = probe.stdout.splitlines()
+    output = probe.stdout.splitlines()
+    states = [line for line in output if not line.startswith(f"{ROOM_MARK} ")]
+    rooms = parse_rooms(output, dirs)
     if len(states) != len(files):
         raise RemoteError(f"unexpected probe output: {probe.stdout!r}", host=conn.name)
     plans = []
@@ -223,7 +235,43 @@ def _plan(conn: SshConnection, files: Sequence[FileUpload], deadline: float | No
                 temp=f"{_temp_prefix(f.path)}{secrets.token_hex(6)}.tmp",
             )
         )
+    short = shortfall(rooms, _needs(plans))
+    if short is not None:
+        raise disk_full(conn.name, [f.path for f in files], short, during_upload=False)
     return plans
+
+
+def _needs(plans: Sequence[_Plan]) -> dict[str, int]:
+    """Bytes an upload writes, per target directory."""
+    needs: dict[str, int] = {}
+    for p in plans:
+        if p.needs_upload:
+            directory = posixpath.dirname(p.upload.path)
+            needs[directory] = needs.get(directory, 0) + p.size
+    return needs
+
+
+def _full_disk(
+    conn: SshConnection, plans: Sequence[_Plan], deadline: float | None
+) -> RemoteTransferError | None:
+    """After a failed upload or commit: remove its temps, then the full-disk error when a target
+    filesystem has no room for it (another writer filled it), None when it has.
+
+    The targets are as before either way (the commit restores them itself)."""
+    dirs = sorted({posixpath.dirname(p.upload.path) for p in plans})
+    temps = " ".join(shlex.quote(p.temp) for p in plans)
+    try:
+        output = conn.run(
+            f"LC_ALL=C; export LC_ALL\nrm -f -- {temps}\n{room_script(dirs)}",
+            deadline=deadline,
+            display="df " + " ".join(dirs),
+        ).stdout.splitlines()
+    except RemoteError:
+        return None  # the link is gone too: the original error says so
+    short = shortfall(parse_rooms(output, dirs), _needs(plans))
+    if short is None:
+        return None
+    return disk_full(conn.name, [p.upload.path for p in plans], short, during_upload=True)
 
 
 def _upload(conn: SshConnection, plans: Sequence[_Plan], deadline: float | None) -> None:
