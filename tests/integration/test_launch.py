@@ -15,16 +15,13 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from dflashops.deployment.layout import DEFAULT_LAYOUT
-from dflashops.inventory.load import Inventory, load_inventory
 from dflashops.lab.mounts import venv_base_prefix
 from dflashops.launch.control import follow_logs, read_logs, restart_server, stop_server
 from dflashops.launch.core import launch
@@ -32,106 +29,19 @@ from dflashops.launch.report import LaunchFailed
 from dflashops.launch.status import server_status
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
-from dflashops.proxmox.client import PveClient
-from dflashops.remote import FileUpload, SshConnection, put_files
-from tests.support.lab import isolated_lab_env, require_lab, run_cli
+from tests.support.fake_engine import FAKE_RECORD, FAKE_VENV, fake_playbook, install_fake_engine
+from tests.support.lab import require_lab, run_cli
+from tests.support.launch_lab import Lab, containers_lab
 from tests.support.vllm_servers import runtime_or_skip
 from tests.support.vllm_slot import VllmSlot
 
 pytestmark = pytest.mark.root
 
 CIDR = "10.200.11.0/24"
-TEMPLATE = "local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"
 REAL, FAKE = "lct990", "lct991"
 ADDRESSES = {REAL: (990, "10.200.11.30"), FAKE: (991, "10.200.11.31")}
 # the container's hostname does not resolve there; without this, Gloo waits 2 min for DNS
 LAB_OVERRIDES = ("server.env.GLOO_SOCKET_IFNAME=lo",)
-FAKE_VENV = "/srv/fakevenv"
-FAKE_RECORD = "/srv/fake-record.log"
-
-FAKE_ENGINE = r'''
-"""A fake vLLM: /health after FAKE_HEALTH_AFTER s, completions after FAKE_PROBE_AFTER s."""
-import json, os, socketserver, sys, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-class Server(ThreadingHTTPServer):
-    def server_bind(self):
-        # HTTPServer looks up its FQDN here; the container has no DNS, which costs seconds
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = "fake", self.server_address[1]
-
-def flag(args, name, default=None):
-    return args[args.index(name) + 1] if name in args else default
-
-def main():
-    args = sys.argv[1:]
-    started = time.time()
-    port, host = int(flag(args, "--port")), flag(args, "--host", "0.0.0.0")
-    name = flag(args, "--served-model-name")
-    health_after = float(os.environ.get("FAKE_HEALTH_AFTER", "0"))
-    probe_after = float(os.environ.get("FAKE_PROBE_AFTER", "0"))
-    record = os.environ.get("FAKE_RECORD")
-    print(f"fake engine: starting {name} on {port}", flush=True)
-    if os.environ.get("FAKE_FAIL") == "port":
-        time.sleep(1)
-        print("OSError: [Errno 98] Address already in use", flush=True)
-        sys.exit(1)
-
-    def note(what):
-        if record:
-            with open(record, "a") as out:
-                out.write(json.dumps({"t": time.time(), "what": what}) + "\n")
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def send(self, code, body):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            age = time.time() - started
-            if self.path == "/health":
-                code = 200 if age >= health_after else 503
-                note(f"health {code}")
-                self.send(code, {})
-            elif self.path == "/v1/models":
-                self.send(200, {"data": [{"id": name}]})
-            else:
-                self.send(404, {})
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            code = 200 if time.time() - started >= probe_after else 503
-            note(f"completion {code}")
-            self.send(code, {"choices": [{"text": "x"}]} if code == 200 else {"error": "warming"})
-
-    print("fake engine: serving", flush=True)
-    Server((host, port), Handler).serve_forever()
-
-if __name__ == "__main__":
-    main()
-'''
-
-
-@dataclass
-class Lab:
-    env: dict[str, str]
-    inventory_path: Path
-    inventory: Inventory
-    workdir: Path
-
-    def conn(self, name: str) -> SshConnection:
-        ct = self.inventory.container(name)
-        return SshConnection.from_access(ct.ssh, host=ct.ssh_host, deadline=60)
-
-    def address(self, name: str) -> str:
-        return ADDRESSES[name][1]
 
 
 @pytest.fixture(scope="module")
@@ -139,37 +49,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     require_lab()
     runtime_or_skip()  # the lab mounts the runtime's base Python, which the containers need
     workdir = tmp_path_factory.mktemp("launchlab")
-    env = isolated_lab_env(workdir, tag="l", cidr=CIDR)  # bridge dfolabl0, node dfo-nodel
-    try:
-        status = json.loads(run_cli(env, "lab", "up", "--json").stdout)
-        lab_inventory = load_inventory(Path(status["inventory"]))
-        client = PveClient(lab_inventory.clusters["lab"], lab_inventory.secret("lab"))
-        key_file = lab_inventory.container("lab-ct1").ssh.key_file
-        key = Path(f"{key_file}.pub").read_text()
-        doc = yaml.safe_load(Path(status["inventory"]).read_text())
-        doc["containers"] = {}
-        for name, (vmid, ip) in ADDRESSES.items():
-            upid = client.post(
-                "nodes/lab/lxc",
-                vmid=vmid,
-                ostemplate=TEMPLATE,
-                storage="local-lvm",
-                hostname=name,
-                net0=f"name=eth0,bridge=vmbr0,ip={ip}/24",
-                tags="dflashops",
-                **{"ssh-public-keys": key},
-            )
-            client.wait_task(upid, timeout_s=60)
-            client.wait_task(client.post(f"nodes/lab/lxc/{vmid}/status/start"), timeout_s=60)
-            doc["containers"][name] = {
-                "vmid": vmid,
-                "network": {"bridge": "vmbr0", "ip": f"{ip}/24"},
-            }
-        path = workdir / "inventory.yaml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        yield Lab(env, path, load_inventory(path), workdir)
-    finally:
-        run_cli(env, "lab", "down", check=False)  # stops every container and its processes
+    # bridge dfolabl0, node dfo-nodel
+    with containers_lab(workdir, tag="l", cidr=CIDR, containers=ADDRESSES) as lab:
+        yield lab
 
 
 # --------------------------------------------------------------------------- the fake engine
@@ -181,37 +63,9 @@ def fake(lab: Lab) -> Path:
     runtime = runtime_or_skip()
     base = venv_base_prefix(runtime.venv)
     assert base is not None
-    site = f"{FAKE_VENV}/lib/python3.11/site-packages"
     with lab.conn(FAKE) as conn:
-        conn.run(f"{base}/bin/python3 -m venv {FAKE_VENV}", deadline=180)
-        files = {
-            f"{site}/vllm/__init__.py": "",
-            f"{site}/vllm/entrypoints/__init__.py": "",
-            f"{site}/vllm/entrypoints/cli/__init__.py": "",
-            f"{site}/vllm/entrypoints/cli/main.py": FAKE_ENGINE,
-            f"{site}/vllm-0.32.0.dist-info/METADATA": (
-                "Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n"
-            ),
-            f"{site}/vllm-0.32.0.dist-info/RECORD": "",
-            "/srv/fake-model/config.json": json.dumps({"model_type": "qwen3"}),
-            "/srv/fake-model/model.safetensors": "\0" * 8,
-        }
-        put_files(conn, [FileUpload(p, text.encode()) for p, text in files.items()])
-    book = {
-        "version": 1,
-        "name": "fake-slow",
-        "container": FAKE,
-        "model": {"path": "/srv/fake-model", "served_name": "fake"},
-        "engine": {"name": "vllm", "version": "0.32.0", "base_venv": FAKE_VENV},
-        "server": {
-            "device": "cpu",
-            "port": 30000,
-            "env": {"FAKE_HEALTH_AFTER": "4", "FAKE_PROBE_AFTER": "8", "FAKE_RECORD": FAKE_RECORD},
-        },
-    }
-    path = lab.workdir / "fake-slow.yaml"
-    path.write_text(yaml.safe_dump(book, sort_keys=False))
-    return path
+        install_fake_engine(conn, f"{base}/bin/python3")
+    return fake_playbook(lab.workdir / "fake-slow.yaml", FAKE)
 
 
 def fake_book(path: Path, *overrides: str) -> Playbook:
@@ -323,6 +177,7 @@ def test_stop_restart_logs_through_the_cli(lab: Lab, fake: Path) -> None:
         "was_running": True,
         "pid": restarted["pid"],
         "members": [],  # one container, no placement
+        "note": None,
     }
     with lab.conn(FAKE) as conn:
         status = server_status(conn)
