@@ -9,7 +9,10 @@
 * Only connection setup is retried (with backoff); a command runs once, since it may change state.
 * :meth:`SshConnection.run` raises :class:`RemoteCommandError` (host, command, exit code, stderr
   tail) unless the exit code is in ``ok_codes``; :meth:`SshConnection.probe` accepts any.
-* Commands are logged at INFO, their output at DEBUG, on ``dflashops.remote``.
+* Commands are logged at INFO, their output at DEBUG, on ``dflashops.remote``. That logger and
+  the libraries' (paramiko, fabric, invoke) print nothing unless the CLI configures logging
+  (``--debug``): what they would say on their own ("Socket exception: Connection reset by peer
+  (104)") is in the errors raised here, as their cause.
 
 One connection serves one thread at a time; :mod:`dflashops.remote.group` runs many in parallel.
 
@@ -48,6 +51,11 @@ from dflashops.remote.errors import HostKeyError, RemoteConnectError, RemoteDead
 from dflashops.remote.host_keys import RecordNewKey, RejectUnknownKey
 
 log = logging.getLogger("dflashops.remote")
+# Nobody configures these loggers in a plain run, so logging's last resort would print their
+# warnings to stderr as bare stray lines. A handler that drops records keeps it from doing so;
+# --debug's root handler still gets every record.
+for _name in ("dflashops.remote", "paramiko", "fabric", "invoke"):
+    logging.getLogger(_name).addHandler(logging.NullHandler())
 
 T = TypeVar("T")
 
@@ -352,9 +360,10 @@ class SshConnection:
                 hint=UNKNOWN_OUTCOME_HINT,
             ) from exc
         if raw.exited == -1 and not _transport_alive(conn):
+            lost = _loss(conn)  # before closing, which drops the transport
             self.close()
             raise RemoteError(
-                f"`{shown}`: connection lost before the command finished",
+                f"`{shown}`: connection lost before the command finished ({lost})",
                 host=self.name,
                 hint=UNKNOWN_OUTCOME_HINT,
             )
@@ -393,8 +402,9 @@ class SshConnection:
         except OSError:
             if _transport_alive(conn):
                 raise  # a file-level error (no such file, permission): the caller's to judge
+            lost = _loss(conn)  # before closing, which drops the transport
             self.close()
-            raise RemoteError(f"{operation}: connection lost", host=self.name) from None
+            raise RemoteError(f"{operation}: connection lost ({lost})", host=self.name) from None
         except (SSHException, EOFError) as exc:
             self.close()
             raise RemoteError(
@@ -425,6 +435,18 @@ class SshConnection:
 def _transport_alive(conn: Any) -> bool:
     transport = conn.client.get_transport()
     return transport is not None and bool(transport.is_active())
+
+
+def _loss(conn: Any) -> str:
+    """Why the transport under ``conn`` ended, from the exception that ended paramiko's thread
+    ("connection reset by peer")."""
+    transport = conn.client.get_transport()
+    cause = getattr(transport, "saved_exception", None)
+    if isinstance(cause, EOFError) or (transport is not None and cause is None):
+        return "closed by the host"
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror[0].lower() + cause.strerror[1:]
+    return _describe(cause) if cause is not None else "closed"
 
 
 def _close_quietly(conn: Any) -> None:

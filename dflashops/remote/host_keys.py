@@ -4,16 +4,15 @@ before either policy is asked."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from pathlib import Path
 from typing import Any
 
 import paramiko
 
+from dflashops.errors import warn
 from dflashops.remote.errors import HostKeyError
 
-log = logging.getLogger("dflashops.remote")
 # connections in parallel threads may record keys into the same file
 _known_hosts_lock = threading.Lock()
 
@@ -50,10 +49,8 @@ class RecordNewKey(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
             if fresh:
                 self.known_hosts.chmod(0o600)
         client.get_host_keys().add(hostname, key.get_name(), key)
-        log.warning(
-            "%s: recorded new host key %s %s in %s",
-            self.name,
-            key.get_name(),
-            key.fingerprint,
-            self.known_hosts,
+        # a security notice the operator must see, whether or not logging is configured
+        warn(
+            f"{self.name}: recorded new host key {key.get_name()} {key.fingerprint} "
+            f"in {self.known_hosts}"
         )
