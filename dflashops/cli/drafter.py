@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from dflashops.cli.context import dump_json
-from dflashops.cli.options import SafePath, playbook_option, skip_pve_check_option
+from dflashops.cli.options import SafePath, playbook_option, skip_pve_check_option, wait_options
 
 _REGISTRY = click.option(
     "--registry",
@@ -134,6 +134,7 @@ def diff(
 @click.option("--dry-run", is_flag=True, help="Show the keys that would change; write nothing.")
 @_REGISTRY
 @_JSON
+@wait_options
 @skip_pve_check_option
 @click.pass_obj
 def push(
@@ -145,6 +146,7 @@ def push(
     dry_run: bool,
     registry_paths: tuple[Path, ...],
     as_json: bool,
+    wait_s: float | None,
 ) -> None:
     """Correct the drafter config.json in container NAME from a reference.
 
@@ -168,6 +170,7 @@ def push(
             dry_run=dry_run,
             progress=say,
             registry_paths=registry_paths,
+            wait_s=wait_s,
         )
     if as_json:
         click.echo(dump_json(result.to_json()))
@@ -270,6 +273,7 @@ Examples:
     help="Local folder for provenance, loss curve and report (default ./drafter-train-NAME-RUN).",
 )
 @_JSON
+@wait_options
 @skip_pve_check_option
 @click.pass_obj
 def train(
@@ -282,6 +286,7 @@ def train(
     promote: bool,
     out: Path | None,
     as_json: bool,
+    wait_s: float | None,
 ) -> None:
     """Train a DFlash drafter for the target container NAME serves, as its playbook's train:
     section says (`playbook show` prints it): data from the served target, training with
@@ -297,6 +302,7 @@ def train(
         evaluate=evaluate,
         promote=promote,
         out=out,
+        wait_s=wait_s,
     )
     with spinner(f"drafter train {name}", enabled=not as_json) as say:
 

@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING
 import click
 
 from dflashops.cli.context import AppContext, dump_json
-from dflashops.cli.options import FiniteFloatRange, playbook_option, skip_pve_check_option
+from dflashops.cli.options import (
+    FiniteFloatRange,
+    playbook_option,
+    skip_pve_check_option,
+    wait_options,
+)
 from dflashops.cli.progress import spinner
 
 if TYPE_CHECKING:  # imported where used: `dflashops --help` stays fast
@@ -50,6 +55,7 @@ def _playbook_path(container: str, given: str | None) -> Path:
 @click.option("--force", is_flag=True, help="Launch even when the drafter check finds errors.")
 @_TIMEOUT
 @_JSON
+@wait_options
 @skip_pve_check_option
 @pass_app
 def launch(
@@ -62,6 +68,7 @@ def launch(
     force: bool,
     timeout_s: float,
     as_json: bool,
+    wait_s: float | None,
 ) -> None:
     """Render the playbook for container NAME, push what changed, (re)start the server and wait
     until it answers a 1-token completion.
@@ -99,6 +106,7 @@ def launch(
                 progress=say,
                 warn=warn,
                 timeout_s=timeout_s,
+                wait_s=wait_s,
             )
     except LaunchFailed as exc:
         _show_failure(exc, as_json)
@@ -210,16 +218,18 @@ def _show_plan(console: Console, report: LaunchReport) -> None:
 @click.command()
 @click.argument("name")
 @_JSON
+@wait_options
 @skip_pve_check_option
 @pass_app
-def stop(app: AppContext, name: str, as_json: bool) -> None:
+def stop(app: AppContext, name: str, as_json: bool, wait_s: float | None) -> None:
     """Stop the server in container NAME (under systemd also disable it).
 
     A member of a placement stops its whole group (the ranks cannot run without each other).
     A member that cannot be reached is named and stop exits 1, after stopping the others."""
     from dflashops.launch.control import stop_server
 
-    report = stop_server(app.inventory(), name)
+    with spinner(f"stop {name}", enabled=not as_json) as say:
+        report = stop_server(app.inventory(), name, wait_s=wait_s, progress=say)
     if as_json:
         click.echo(dump_json(report.model_dump(mode="json")))
     elif report.members:  # a placement: the whole group stopped
@@ -241,14 +251,19 @@ def stop(app: AppContext, name: str, as_json: bool) -> None:
 @click.argument("name")
 @_TIMEOUT
 @_JSON
+@wait_options
 @skip_pve_check_option
 @pass_app
-def restart(app: AppContext, name: str, timeout_s: float, as_json: bool) -> None:
+def restart(
+    app: AppContext, name: str, timeout_s: float, as_json: bool, wait_s: float | None
+) -> None:
     """Restart the deployed server in container NAME and wait until it is ready."""
     from dflashops.launch.control import restart_server
 
     with spinner(f"restart {name}", enabled=not as_json) as say:
-        report = restart_server(app.inventory(), name, progress=say, timeout_s=timeout_s)
+        report = restart_server(
+            app.inventory(), name, progress=say, timeout_s=timeout_s, wait_s=wait_s
+        )
     if as_json:
         click.echo(dump_json(report.model_dump(mode="json")))
         return

@@ -61,3 +61,35 @@ skip_pve_check_option = click.option(
     help="Do not ask PVE that NAME is a container dflashops manages (tag, hostname, vmid) "
     "before acting on the inventory's address: for when PVE is down. Warns.",
 )
+
+
+DEFAULT_WAIT_S = 3600  # deployment.lock's: a launch with a model load, a bench, fit in it
+
+
+def _wait_seconds(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
+    wait = ctx.params.pop("wait_flag", False)
+    ctx.params["wait_s"] = float(value) if value is not None else (DEFAULT_WAIT_S if wait else None)
+
+
+def wait_options(command: Any) -> Any:
+    """``--wait`` and ``--wait-timeout SECONDS`` for a command that changes a container: while
+    another dflashops command changes it, queue (up to the timeout) instead of failing at once
+    with "busy: COMMAND by pid N since T on HOST". The command gets ``wait_s``."""
+    command = click.option(
+        "--wait-timeout",
+        "wait_timeout",
+        type=click.IntRange(min=1),
+        metavar="SECONDS",
+        expose_value=False,
+        is_eager=False,
+        callback=_wait_seconds,
+        help=f"How long --wait waits (implies --wait). [default: {DEFAULT_WAIT_S}]",
+    )(command)
+    return click.option(
+        "--wait",
+        "wait_flag",
+        is_flag=True,
+        is_eager=True,
+        help="When another dflashops command is changing the container, wait for it instead of "
+        "failing at once with 'busy: COMMAND by pid N since T on HOST'.",
+    )(command)

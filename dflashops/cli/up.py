@@ -50,8 +50,9 @@ pass_app = click.make_pass_decorator(AppContext)
 @click.option(
     "--wait",
     is_flag=True,
-    help="When another `up` runs on a pair, queue behind it (its progress says so) instead of "
-    "failing that pair at once with 'busy: up by pid N since T'.",
+    help="When another `up` runs on a pair, or another dflashops command is changing its "
+    "container, queue behind it (its progress says so) instead of failing that pair at once "
+    "with 'busy: …'.",
 )
 @click.option(
     "--wait-timeout",

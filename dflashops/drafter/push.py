@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashops.deployment.access import connect
+from dflashops.deployment.lock import container_lock
 from dflashops.deployment.manifest import read_manifest
 from dflashops.drafter.correct import Change, corrected_config
 from dflashops.drafter.engine import parse_engine
@@ -111,6 +112,7 @@ def push_drafter_config(
     progress: Say | None = None,
     connection: SshConnection | None = None,
     registry_paths: tuple[Path, ...] = (),
+    wait_s: float | None = None,
 ) -> PushResult:
     """Patch the container's drafter ``config.json`` with the reference's certain values."""
     say = progress or quiet
@@ -120,6 +122,8 @@ def push_drafter_config(
     with ExitStack() as stack:
         # a connection we open is ours to close; a given one stays open for its owner
         conn = connection or stack.enter_context(connect(inventory, container))
+        if not dry_run:  # one writer per container (held already when the caller holds it)
+            stack.enter_context(container_lock(conn, container, "drafter push", wait_s=wait_s))
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="dflashops-push-"))
         say(f"reading {remote_dir}")
         fetched = Path(tmp) / "drafter"

@@ -102,7 +102,7 @@ class Cluster(Strict):
     api_url: HttpUrl
     verify_tls: bool = True
     ca_file: Path | None = None
-    timeout_s: float = Field(30.0, gt=0, description="per API call; proxmoxer's default is 5 s")
+    timeout_s: float = Field(15.0, gt=0, description="per API call; a hung API fails after it")
     auth: Auth
     nodes: dict[Name, Node] = Field(min_length=1)
 

@@ -13,13 +13,14 @@ from pydantic import BaseModel, ConfigDict
 from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.deployment.api_key import server_api_key
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.lock import container_lock
 from dflashops.deployment.manifest import ManifestUnreadable, read_manifest, write_manifest
 from dflashops.errors import DflashopsError, ServerError
 from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
 from dflashops.launch.core import DEFAULT_READY_TIMEOUT_S, restart
 from dflashops.launch.group import MemberStop, read_placement, stop_placement
-from dflashops.progress import Say
+from dflashops.progress import Say, quiet
 
 FOLLOW_POLL_S = 1.0
 
@@ -49,12 +50,23 @@ def stop_server(
     *,
     layout: Layout = DEFAULT_LAYOUT,
     access: ContainerAccess | None = None,
+    wait_s: float | None = None,
+    progress: Say | None = None,
 ) -> StopReport:
     """Stop the server (under systemd also disable it, so a reboot does not bring it back).
     A member of a placement stops its whole group (every member, even when one is unreachable).
-    ``access``: an open connection the caller keeps."""
+    ``access``: an open connection the caller keeps; ``wait_s``: for a busy container."""
     with ExitStack() as stack:
-        conn = _open(inventory, container_name, access, stack).conn
+        target = _open(
+            inventory,
+            container_name,
+            access,
+            stack,
+            command="stop",
+            wait_s=wait_s,
+            say=progress or quiet,
+        )
+        conn = target.conn
         record = read_placement(conn, layout)
         if record is not None:
             group = stop_placement(inventory, record, container=container_name, layout=layout)
@@ -96,12 +108,21 @@ def restart_server(
     environ: Mapping[str, str] | None = None,
     layout: Layout = DEFAULT_LAYOUT,
     access: ContainerAccess | None = None,
+    wait_s: float | None = None,
 ) -> RestartReport:
     """Stop and start the deployed server and wait until it is ready again (the launch core's
     ``restart``: a server that does not come back is stopped, with its log's cause)."""
     env = os.environ if environ is None else environ
     with ExitStack() as stack:
-        target = _open(inventory, container_name, access, stack)
+        target = _open(
+            inventory,
+            container_name,
+            access,
+            stack,
+            command="restart",
+            wait_s=wait_s,
+            say=progress or quiet,
+        )
         conn = target.conn
         record = read_placement(conn, layout)
         if record is not None:  # its ranks cannot rejoin a running group: the group restarts
@@ -129,13 +150,22 @@ def restart_server(
 
 
 def _open(
-    inventory: Inventory, name: str, access: ContainerAccess | None, stack: ExitStack
+    inventory: Inventory,
+    name: str,
+    access: ContainerAccess | None,
+    stack: ExitStack,
+    *,
+    command: str,
+    wait_s: float | None,
+    say: Say = quiet,
 ) -> ContainerAccess:
-    """The caller's open connection, or a new one closed with ``stack``."""
-    if access is not None:
-        return access
-    target = connect(inventory, name)
-    stack.enter_context(target)
+    """The caller's open connection, or a new one closed with ``stack``; the container locked
+    for ``command`` until ``stack`` closes (held already when the caller holds it)."""
+    target = access
+    if target is None:
+        target = connect(inventory, name)
+        stack.enter_context(target)
+    stack.enter_context(container_lock(target.conn, name, command, wait_s=wait_s, say=say))
     return target
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from dflashops.deployment.access import ContainerAccess, connect, server_address
 from dflashops.deployment.api_key import server_api_key
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.lock import container_lock
 from dflashops.deployment.manifest import DeployedManifest
 from dflashops.engine.wheel import LocalWheel, local_wheel
 from dflashops.errors import ServerError
@@ -54,6 +55,7 @@ class LaunchOptions:
     force: bool = False
     timeout_s: float = DEFAULT_READY_TIMEOUT_S
     layout: Layout = DEFAULT_LAYOUT
+    wait_s: float | None = None  # for a container another command changes (None: fail at once)
 
 
 def launch(
@@ -71,6 +73,7 @@ def launch(
     layout: Layout = DEFAULT_LAYOUT,
     access: ContainerAccess | None = None,
     judgement: DrafterJudgement | None = None,
+    wait_s: float | None = None,
 ) -> LaunchReport:
     """Deploy ``playbook`` to ``container_name`` (a placement: to its members, from its head)
     and wait until it serves; with ``dry_run`` only say what would change.
@@ -78,9 +81,13 @@ def launch(
     ``warn`` is told each warning before anything changes (e.g. ``--force`` over drafter
     errors); the report repeats them. ``access``: an open connection to ``container_name`` the
     caller keeps (``up`` opens one per pair); ``judgement``: the drafter judgement the caller
-    already made for this playbook in this container (it is not made again)."""
+    already made for this playbook in this container (it is not made again). Each container is
+    locked for the launch (not for a dry run); ``wait_s``: how long to wait for one another
+    command holds (None: fail at once, naming it)."""
     say, tell = progress or quiet, warn or quiet
-    options = LaunchOptions(dry_run=dry_run, force=force, timeout_s=timeout_s, layout=layout)
+    options = LaunchOptions(
+        dry_run=dry_run, force=force, timeout_s=timeout_s, layout=layout, wait_s=wait_s
+    )
     api_key = server_api_key(
         playbook.server.api_key_env,
         os.environ if environ is None else environ,
@@ -89,7 +96,9 @@ def launch(
     say("building dflashops' wheel")
     wheel = wheel or local_wheel()
     with ExitStack() as stack:
-        planner = _Planner(_Hosts(inventory, stack, access), playbook, api_key, wheel, options, say)
+        locking = None if dry_run else _Locking("launch", options.wait_s, say, tell)
+        hosts = _Hosts(inventory, stack, access, locking)
+        planner = _Planner(hosts, playbook, api_key, wheel, options, say)
         if playbook.placement is not None:
             plan = planner.placement(container_name, judgement)
         else:
@@ -103,14 +112,31 @@ def launch(
         return apply_plan(plan, planner.hosts.conns, timeout_s=timeout_s, progress=say, warn=tell)
 
 
-class _Hosts:
-    """The launch's open connections, one per container, closed with the launch (a given
-    ``access`` stays open for its owner)."""
+@dataclass(frozen=True)
+class _Locking:
+    """Each container is locked as it is opened: by which command, how long to wait."""
 
-    def __init__(self, inventory: Inventory, stack: ExitStack, given: ContainerAccess | None):
+    command: str
+    wait_s: float | None
+    say: Say
+    warn: Say
+
+
+class _Hosts:
+    """The launch's open connections, one per container, closed (and unlocked) with the
+    launch; a given ``access`` stays open for its owner."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        stack: ExitStack,
+        given: ContainerAccess | None,
+        locking: _Locking | None,
+    ):
         self.inventory = inventory
         self.stack = stack
         self.given = given
+        self.locking = locking
         self.accesses: dict[str, ContainerAccess] = {}
         self.conns: dict[str, SshConnection] = {}
 
@@ -123,6 +149,18 @@ class _Hosts:
                 access = connect(self.inventory, name)
                 self.conns[name] = self.stack.enter_context(access)
             self.accesses[name] = access
+            if self.locking is not None:  # before any fact is read: no other writer meanwhile
+                lock = self.locking
+                self.stack.enter_context(
+                    container_lock(
+                        self.conns[name],
+                        name,
+                        lock.command,
+                        wait_s=lock.wait_s,
+                        say=lock.say,
+                        warn=lock.warn,
+                    )
+                )
         return self.conns[name]
 
 

@@ -6,7 +6,7 @@ a deadline on every operation, retries only for connection setup).
 
 from __future__ import annotations
 
-from dflashops.remote.connection import CommandResult, SshConnection
+from dflashops.remote.connection import CommandResult, HeldCommand, SshConnection
 from dflashops.remote.errors import (
     GroupError,
     HostKeyError,
@@ -33,6 +33,7 @@ __all__ = [
     "FileUpload",
     "GroupError",
     "GroupResult",
+    "HeldCommand",
     "HostKeyError",
     "HostOutcome",
     "PutResult",

@@ -84,6 +84,21 @@ class CommandResult:
         return self.exit_code == 0
 
 
+class HeldCommand:
+    """A command left running on its own channel (:meth:`SshConnection.hold`)."""
+
+    def __init__(self, channel: Any, first_line: str) -> None:
+        self._channel = channel
+        self.first_line = first_line
+
+    def release(self) -> None:
+        """Close its input and its channel: the command sees end of input and ends."""
+        with contextlib.suppress(Exception):
+            self._channel.shutdown_write()
+        with contextlib.suppress(Exception):
+            self._channel.close()
+
+
 class SshConnection:
     """An SSH connection to one host (opened lazily, reopened after a failure)."""
 
@@ -385,6 +400,35 @@ class SshConnection:
                 stdout=result.stdout,
             )
         return result
+
+    def hold(
+        self, command: str, *, deadline: float | None = None, display: str | None = None
+    ) -> HeldCommand:
+        """Start ``command`` and keep it running: returns once it printed its first line (within
+        ``deadline``); it runs until :meth:`HeldCommand.release` closes its channel, or this
+        connection ends. What a lock needs: the remote side lets go when we do, however we go.
+        """
+        shown = display or command
+        started = time.monotonic()
+        self._open_by(*self._budget(deadline, started))
+        log.info("%s: $ %s (held)", self.name, shown)
+        transport = self._conn.client.get_transport()
+
+        def begin() -> HeldCommand:
+            channel = transport.open_session()
+            channel.exec_command(command)
+            first = channel.makefile("r").readline()
+            return HeldCommand(channel, str(first).strip())
+
+        try:
+            return self.call(f"`{shown}`", begin, deadline, started=started)
+        except DflashopsError:
+            raise
+        except Exception as exc:
+            self.close()
+            raise RemoteError(
+                f"`{shown}`: connection lost ({_describe(exc)})", host=self.name
+            ) from exc
 
     def probe(self, command: str, *, deadline: float | None = None) -> CommandResult:
         """Run a command whose exit code is an answer, not a failure (any code is returned)."""

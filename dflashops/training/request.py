@@ -18,6 +18,9 @@ class TrainRequest(BaseModel):
     evaluate: bool = Field(False, description="bench the new drafter against the one it replaces")
     promote: bool = Field(False, description="write a playbook serving the new drafter, launch it")
     out: Path | None = Field(None, description="local folder for provenance, loss curve, report")
+    wait_s: float | None = Field(
+        None, gt=0, description="--wait: for a container another command changes"
+    )
 
     def out_dir(self, run: str) -> Path:
         """Where the local copies go: ``--out``, else ``./drafter-train-NAME-RUN``."""

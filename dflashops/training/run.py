@@ -21,11 +21,13 @@ import shlex
 import tempfile
 import time
 from collections.abc import Mapping
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.deployment.lock import container_lock
 from dflashops.deployment.playbooks import playbook_for_container
 from dflashops.drafter.engine import parse_engine
 from dflashops.drafter.fetch import fetch_model_meta
@@ -90,7 +92,13 @@ def train_drafter(
     out_dir = request.out_dir(book.train_run_name)
     # one connection serves the whole run, the server's launches and stops included
     access = connect(inventory, request.container)
-    with access as conn, tempfile.TemporaryDirectory(prefix="dflashops-train-") as tmp:
+    with ExitStack() as stack:
+        conn = stack.enter_context(access)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="dflashops-train-"))
+        if not request.dry_run:  # one writer per container: held for the whole run
+            stack.enter_context(
+                container_lock(conn, request.container, "drafter train", wait_s=request.wait_s)
+            )
         python = venv_python(book, layout)
         folder = TrainingFolder(layout.training_run(book.train_run_name))
         say(f"reading run {book.train_run_name} in {request.container}")

@@ -23,10 +23,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 
 from dflashops.deployment.access import ContainerAccess, connect
+from dflashops.deployment.lock import container_lock
 from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory
 from dflashops.playbook.models import Playbook
@@ -64,12 +65,16 @@ NOT_READ = DrafterFiles(None, None, "not read: provision runs first")
 class UpParts:
     """What a run is made of: the step functions (a shorter table stops after its last step),
     how a pair reaches its container, how the drafter's files are read there, and why the
-    server of the pair's playbook does not serve there (None: it serves)."""
+    server of the pair's playbook does not serve there (None: it serves), and how the container
+    is locked for the pair's run (its one writer: :mod:`dflashops.deployment.lock`)."""
 
     steps: Mapping[str, StepFunction] = field(default_factory=lambda: dict(STEP_FUNCTIONS))
     connect: Callable[[Inventory, str], ContainerAccess] = connect
     fingerprint: Callable[[SshConnection, str, Playbook], DrafterFiles] = drafter_fingerprint
     serving: Callable[[SshConnection, str], str | None] = server_serving
+    lock: Callable[[SshConnection, str, float | None], AbstractContextManager[None]] = (
+        lambda conn, name, wait_s: container_lock(conn, name, "up", wait_s=wait_s)
+    )
 
     @property
     def until(self) -> str | None:
@@ -171,6 +176,11 @@ class _PairRun:
         if self.opened is None:
             opened = self.parts.connect(self.inventory, self.pair.container)
             self.connections.enter_context(opened)
+            if not self.request.dry_run:  # the container's one writer while the pair runs
+                wait_s = self.request.wait_timeout_s if self.request.wait else None
+                self.connections.enter_context(
+                    self.parts.lock(opened.conn, self.pair.container, wait_s)
+                )
             self.opened = opened
         return self.opened
 

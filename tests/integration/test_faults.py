@@ -268,3 +268,56 @@ def test_a_truncated_manifest_is_rebuilt_by_launch_force_and_stop_works_without_
     started = json.loads(cli(lab, "launch", CT, "-p", path, "--force", "--json").stdout)
     assert started["action"] == "started"
     serving_matches_manifest(lab)
+
+
+def holder(lab: Lab) -> str:
+    return remote(lab, f"cat {DEFAULT_LAYOUT.state}/lock.holder 2>/dev/null").strip()
+
+
+def test_two_commands_on_one_container_wait_or_say_who_holds_it(lab: Lab) -> None:
+    fast = book(lab, "fast", FAKE_HEALTH_AFTER="0", FAKE_PROBE_AFTER="0")
+    assert cli(lab, "launch", CT, "-p", fast).returncode == 0
+    # a launch whose server needs 12 s to answer holds the container meanwhile
+    slow = book(lab, "slow", FAKE_HEALTH_AFTER="0", FAKE_PROBE_AFTER="12")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "dflashops.cli", "launch", CT, "-p", slow],
+        env=lab.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not holder(lab):
+        time.sleep(0.5)
+    assert holder(lab).startswith(f"launch\t{first.pid}\t")
+    busy = cli(lab, "stop", CT)
+    assert busy.returncode == 1
+    assert f"{CT} is busy: launch by pid {first.pid} since " in busy.stderr
+    assert "--wait" in busy.stderr
+    queued = cli(lab, "stop", CT, "--wait")  # waits for the launch, then stops its server
+    assert first.wait(timeout=120) == 0, first.communicate()[1]
+    assert queued.returncode == 0, queued.stderr
+    assert f"waiting for {CT}: launch by pid {first.pid}" in queued.stderr
+    with lab.conn(CT) as conn:
+        assert not server_status(conn).running
+    assert holder(lab) == ""  # released with the command
+
+    # a holder of this machine whose process is gone (its link cut: sshd has not noticed)
+    dead = 2**22 + 12345  # above pid_max's default: no such process here
+    info = f"launch\\t{dead}\\t{os.uname().nodename}\\t2026-12-04T00:00:00Z"
+    lock, record = f"{DEFAULT_LAYOUT.state}/lock", f"{DEFAULT_LAYOUT.state}/lock.holder"
+    remote(
+        lab,
+        f'setsid sh -c \'exec 9>>{lock}; flock 9; printf "{info}\\t%s\\n" $$ > {record}; '
+        "exec sleep 600' </dev/null >/dev/null 2>&1 &",
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and str(dead) not in holder(lab):
+        time.sleep(0.2)
+    assert str(dead) in holder(lab)
+    taken = cli(lab, "launch", CT, "-p", fast)
+    assert taken.returncode == 0, taken.stderr
+    assert f"the lock of launch by pid {dead} " in taken.stderr and "taken over" in taken.stderr
+    serving_matches_manifest(lab)
+    again = json.loads(cli(lab, "launch", CT, "-p", fast, "--json").stdout)
+    assert again["action"] == "unchanged"

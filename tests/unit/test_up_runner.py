@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ class Rig:
         self.inventory: Inventory = load_inventory(tmp_path / "inv.yaml")
         self.state = tmp_path / "up"
         self.connects: Counter[str] = Counter()
+        self.locks: Counter[str] = Counter()
         self.events: list[str] = []
         self.files = DrafterFiles("config-1", "weights-1")
         self.fail: dict[tuple[str, str], BaseException] = {}
@@ -77,6 +79,16 @@ class Rig:
         # never opened: the fake steps only ask for it
         conn = SshConnection("10.200.0.99", user="root", name=name)
         return ContainerAccess(name, container, "10.200.0.99", conn, ManagedCheck(name, 1, "lab"))
+
+    @contextmanager
+    def container_lock(
+        self, conn: SshConnection, name: str, wait_s: float | None
+    ) -> Iterator[None]:
+        """The container's lock for the pair's run (deployment.lock holds it for real)."""
+        with self.lock:
+            self.events.append(f"{name}: lock")
+            self.locks[name] += 1
+        yield
 
     def fingerprint(self, conn: SshConnection, container: str, book: Playbook) -> DrafterFiles:
         with self.lock:
@@ -138,6 +150,7 @@ class Rig:
             connect=self.connect,
             fingerprint=self.fingerprint,
             serving=self.serving,
+            lock=self.container_lock,
         )
         self.events.clear()
         self.result = run_up(self.inventory, request, parts=parts, stop=stop, on_event=on_event)
@@ -156,6 +169,7 @@ def rig(tmp_path: Path) -> Rig:
 def test_each_pair_runs_its_steps_over_one_connection(rig: Rig) -> None:
     assert rig.up("lab-ct1", "lab-ct2") == {"lab-ct1": "done", "lab-ct2": "done"}
     assert rig.connects == {"lab-ct1": 1, "lab-ct2": 1}
+    assert rig.locks == {"lab-ct1": 1, "lab-ct2": 1}  # each container's one writer, once
     for name in ("lab-ct1", "lab-ct2"):
         assert rig.ran(name) == list(STEPS)
         # provision ran first, so the container was not reached before it
@@ -170,12 +184,18 @@ def test_each_pair_runs_its_steps_over_one_connection(rig: Rig) -> None:
 def test_a_rerun_with_nothing_changed_reads_the_files_once_and_runs_nothing(rig: Rig) -> None:
     rig.up("lab-ct1")
     assert rig.up("lab-ct1") == {"lab-ct1": "unchanged"}
-    # and asks once whether the server launch left is serving (it is: nothing runs)
-    assert rig.events == ["lab-ct1: connect", "lab-ct1: fingerprint", "lab-ct1: serving?"]
+    # and asks once whether the server launch left is serving (it is: nothing runs); the
+    # container is locked from its connection on, as in every run that may change it
+    assert rig.events == [
+        "lab-ct1: connect",
+        "lab-ct1: lock",
+        "lab-ct1: fingerprint",
+        "lab-ct1: serving?",
+    ]
     rig.files = DrafterFiles("config-2", "weights-1")  # a pushed drafter config
     assert rig.up("lab-ct1") == {"lab-ct1": "done"}
     assert rig.ran("lab-ct1") == ["drafter", "launch", "smoke", "bench", "tune", "report"]
-    assert rig.connects["lab-ct1"] == 3  # one per run
+    assert rig.connects["lab-ct1"] == 3 and rig.locks["lab-ct1"] == 3  # one per run
 
 
 def test_a_failed_step_is_where_the_next_run_starts(rig: Rig) -> None:
@@ -233,3 +253,11 @@ def test_an_unreachable_container_fails_its_first_step_that_needs_it(rig: Rig) -
     assert record is not None
     assert record.steps["provision"].status == "ok"
     assert record.steps["drafter"].error == "lab-ct1 does not exist in PVE cluster lab"
+
+
+def test_a_dry_run_reads_the_container_without_locking_it(rig: Rig) -> None:
+    rig.up("lab-ct1")
+    rig.files = DrafterFiles("config-2", "weights-1")
+    assert rig.up("lab-ct1", dry_run=True) == {"lab-ct1": "planned"}
+    assert "lab-ct1: fingerprint" in rig.events and "lab-ct1: lock" not in rig.events
+    assert rig.ran("lab-ct1") == []
