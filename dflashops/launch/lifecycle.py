@@ -295,7 +295,10 @@ def stop_script(layout: Layout, *, systemd: bool, disable: bool, grace_s: float)
         f"end=$(( $(date +%s) + {int(grace_s)} ))",
         'while [ "$(date +%s)" -lt "$end" ]; do',
         "    left=''",
-        '    for g in $groups; do kill -0 "-$g" 2>/dev/null && left="$left $g"; done',
+        # a group is left while one of ours runs in it (a zombie nobody reaps yet is gone)
+        "    for g in $groups; do for p in $(in_groups \"$g\" | cut -d' ' -f1); do",
+        '        if ours "$p"; then left="$left $g"; break; fi',
+        "    done; done",
         f'    pp=$(readpid {q(layout.pidfile)}); ours "$pp" && left="$left p"',
         '    [ -z "$left" ] && break',
         "    sleep 0.5",

@@ -44,3 +44,30 @@ def test_a_server_part_without_a_placement_never_fails_status() -> None:
     unreachable.server = ServerStatus.unreachable("10.0.0.2", "ssh: connection refused")
     assert status_failure([served, unreachable]) is None
     assert served.placement() is None and unreachable.placement() is None
+
+
+def test_a_server_still_loading_says_so_and_strays_are_named() -> None:
+    from dflashops.cli.provision import _server_cell
+    from dflashops.deployment.server_view import StrayProcess
+
+    entry = row("a", "running")
+    entry.server = ServerStatus(
+        host="10.0.0.1",
+        deployed=True,
+        running=True,
+        pid=42,
+        port=30000,
+        listening=False,
+        uptime_s=5,
+        engine="vllm",
+        engine_version="0.32.0",
+        method="dflash",
+        num_speculative_tokens=4,
+        strays=[StrayProcess(pid=7, rss_mb=2100, command="VLLM::EngineCore")],
+    )
+    cell = _server_cell(entry)
+    assert "vllm 0.32.0 dflash k=4, loading (up 0m)" in cell
+    assert "1 stray engine process(es) of an earlier server (pid 7; 2100 MB)" in cell
+    assert status_failure([entry]) is None  # strays warn; they do not fail status
+    entry.server = entry.server.model_copy(update={"listening": True, "strays": []})
+    assert "loading" not in _server_cell(entry) and "up 0m" in _server_cell(entry)
