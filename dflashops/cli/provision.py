@@ -13,10 +13,11 @@ from dflashops.cli.progress import spinner
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dflashops.deployment.server_view import GroupView
-    from dflashops.proxmox.lifecycle import ContainerStatus, DestroyResult
+    from dflashops.launch.status import GroupView
+    from dflashops.proxmox.lifecycle import DestroyResult
     from dflashops.proxmox.report import ContainerReport, ProvisionReport
     from dflashops.proxmox.rows import Row
+    from dflashops.status import StatusRow
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -197,10 +198,9 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
     name or vmid holds a container without the dflashops tag, which no command will touch),
     or is a member of a degraded placement (the line names the member that is down); the
     table or --json document is printed first."""
-    from dflashops.launch.status import status_probe
-    from dflashops.proxmox.lifecycle import container_status, status_failure
+    from dflashops.status import status_failure, status_rows
 
-    entries = container_status(app.inventory(), names, server_probe=status_probe)
+    entries = status_rows(app.inventory(), names)
     if as_json:
         click.echo(dump_json([e.model_dump(mode="json") for e in entries]))
     else:
@@ -225,7 +225,7 @@ def _placement_cell(view: GroupView) -> str:
     return text
 
 
-def _server_cell(entry: ContainerStatus) -> str:
+def _server_cell(entry: StatusRow) -> str:
     """``vllm 0.32.0 dflash k=4, up 5m, http://…/v1`` or why not."""
     server = entry.server
     if server is None:
@@ -256,7 +256,7 @@ def _server_cell(entry: ContainerStatus) -> str:
     return f"{server.engine} {server.engine_version} {spec}{up}\n{endpoint}" + group
 
 
-def _render_status(entries: list[ContainerStatus]) -> None:
+def _render_status(entries: list[StatusRow]) -> None:
     from rich.table import Table
 
     table = Table()

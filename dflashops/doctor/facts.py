@@ -10,10 +10,10 @@ from typing import Any
 
 from dflashops.bench.roofline import tp_from_argv
 from dflashops.deployment.manifest import DeployedManifest
-from dflashops.deployment.server_view import StrayProcess
 from dflashops.doctor.members import PlacementFacts
 from dflashops.doctor.nvidia import GpuState
 from dflashops.drafter.registry import RegistryEntry
+from dflashops.launch.status import StrayProcess
 from dflashops.metrics.log_models import LogSummary
 from dflashops.roofline.model import RooflineSpec
 

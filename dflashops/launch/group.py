@@ -18,12 +18,11 @@ from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.deployment.manifest import ManifestUnreadable, read_manifest, write_manifest
 
 # status of the group lives with ``status`` (its probe needs it); kept importable from here
-from dflashops.deployment.server_view import MemberStatus
 from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory
 from dflashops.launch import lifecycle
 from dflashops.launch.report import LaunchReport
-from dflashops.launch.status import placement_status, read_placement
+from dflashops.launch.status import MemberStatus, placement_status, read_placement
 
 __all__ = [
     "MemberReport",

@@ -4,10 +4,9 @@ Both find a container the way ``provision`` does (:func:`dflashops.proxmox.ident
 name, with the ``dflashops`` tag, at the inventory's vmid when it names one. ``destroy`` never
 touches anything else.
 
-``status`` reports the container part (PVE state, vmid, node, address, tags). The server part
-(process, port, engine version, speculative config, uptime) is filled by a :data:`ServerProbe`
-that ``launch`` provides; :func:`container_status` calls it for every running container.
-:func:`status_failure` says which rows make ``status`` fail.
+``status`` reports here the container part (PVE state, vmid, node, address, tags) and which
+rows make it fail (:func:`container_problems`); :mod:`dflashops.status` adds the server part
+that ``launch`` reads in each running container.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dflashops.deployment.server_view import GroupView, ServerStatus
 from dflashops.errors import DflashopsError, ProxmoxError
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import MANAGED_TAG, Container
@@ -42,23 +40,9 @@ class ContainerStatus(BaseModel):
     lock: str | None = None
     uptime_s: int | None = None
     note: str | None = None
-    server: ServerStatus | None = None  # filled by a ServerProbe (launch)
-
-    def placement(self) -> GroupView | None:
-        """The server part's view of its placement (None: none, or not a member)."""
-        return self.server.placement if self.server is not None else None
 
 
-# launch provides one: (inventory, container, its status with an address) -> the server part
-ServerProbe = Callable[[Inventory, Container, ContainerStatus], ServerStatus | None]
-
-
-def container_status(
-    inventory: Inventory,
-    names: Iterable[str] = (),
-    *,
-    server_probe: ServerProbe | None = None,
-) -> list[ContainerStatus]:
+def container_status(inventory: Inventory, names: Iterable[str] = ()) -> list[ContainerStatus]:
     """One status per named container (all when none is named), in inventory order."""
     clients: dict[str, PveClient] = {}
     result = []
@@ -70,22 +54,17 @@ def container_status(
             _fill(ct, client, entry)
         except DflashopsError as exc:
             entry.state, entry.note = "error", exc.one_line()
-        if server_probe is not None and entry.state == "running":
-            entry.server = server_probe(inventory, ct, entry)
         result.append(entry)
     return result
 
 
-def status_failure(entries: list[ContainerStatus]) -> ProvisionError | None:
-    """The error ``status`` exits with (one line and a hint; exit code 1), or None (exit 0).
-
-    A row that could not be read (PVE unreachable) is not a status, a refused one (the vmid
-    holds a container dflashops does not manage) blocks every command on that name, and a
-    degraded placement serves nothing: a script running ``status`` must learn of each."""
+def container_problems(entries: list[ContainerStatus]) -> tuple[list[str], str | None]:
+    """The rows that make ``status`` fail, one line each, and the hint: a row that could not be
+    read (PVE unreachable) is no status, and a refused one (the vmid holds a container
+    dflashops does not manage) blocks every command on that name."""
     failed = [e for e in entries if e.state == "error"]
     refused = [e for e in entries if e.state == "refused"]
-    problems = group_problems(entries)
-    hint = _group_hint(entries) if problems else None
+    problems, hint = [], None
     if failed:
         problems.append(
             f"status of {len(failed)} of {len(entries)} container(s) could not be read: "
@@ -97,35 +76,7 @@ def status_failure(entries: list[ContainerStatus]) -> ProvisionError | None:
             + "; ".join(f"{e.name}: {e.note}" for e in refused)
         )
         hint = "fix the inventory's vmid, or the container's tag and hostname, then rerun"
-    return ProvisionError("; ".join(problems), hint=hint) if problems else None
-
-
-def group_problems(entries: list[ContainerStatus]) -> list[str]:
-    """One line per degraded placement among ``entries`` (several members of one group name
-    the same members: said once)."""
-    lines: list[str] = []
-    for e in entries:
-        view = e.placement()
-        if view is not None and view.problem:
-            line = f"placement {view.playbook} is degraded: {view.problem}"
-            if line not in lines:
-                lines.append(line)
-    return lines
-
-
-def _group_hint(entries: list[ContainerStatus]) -> str:
-    """How a degraded group comes back: its ranks cannot rejoin one by one."""
-    for e in entries:
-        view = e.placement()
-        if view is None or not view.problem or not view.members:
-            continue
-        down = [m.name for m in view.members if not m.running]
-        if down:
-            return (
-                f"read why: dflashops logs {down[0]}; then relaunch the whole group: "
-                f"dflashops launch {view.members[0].name}"
-            )
-    return "relaunch the placement from its head: dflashops launch HEAD"
+    return problems, hint
 
 
 def _fill(ct: Container, client: PveClient, entry: ContainerStatus) -> None:

@@ -7,8 +7,7 @@ crash starts it again instead of saying "nothing to do".
 
 from __future__ import annotations
 
-from dflashops.deployment.server_view import ServerStatus
-from dflashops.launch.status import server_status
+from dflashops.launch.status import ServerStatus, server_status
 from dflashops.remote import SshConnection
 
 

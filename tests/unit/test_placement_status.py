@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from dflashops.cli.provision import _server_cell
-from dflashops.deployment.server_view import MemberStatus, ServerStatus
-from dflashops.launch.status import group_health, group_view
-from dflashops.proxmox.lifecycle import ContainerStatus, status_failure
+from dflashops.launch.status import MemberStatus, ServerStatus, group_health, group_view
+from dflashops.status import StatusRow, status_failure
 
 RECORD: dict[str, Any] = {
     "playbook": "lab-multinode",
@@ -101,8 +100,8 @@ def server(name: str, head: bool | None, worker: bool | None) -> ServerStatus:
     )
 
 
-def entry(name: str, head: bool | None, worker: bool | None) -> ContainerStatus:
-    return ContainerStatus(
+def entry(name: str, head: bool | None, worker: bool | None) -> StatusRow:
+    return StatusRow(
         name=name,
         cluster="lab",
         node="lab",

@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dflashops.deployment.server_view import ServerStatus
 from dflashops.errors import ProxmoxError
 from dflashops.inventory.load import Inventory, load_inventory
-from dflashops.inventory.models import Container
 from dflashops.lab.pve import PveDouble, serve_double
 from dflashops.proxmox.apply import (
     ProvisionOptions,
@@ -27,7 +25,6 @@ from dflashops.proxmox.client import PveClient, is_digest_conflict
 from dflashops.proxmox.containerplan import ContainerPlan, PlanInputs
 from dflashops.proxmox.identity import list_resources
 from dflashops.proxmox.lifecycle import (
-    ContainerStatus,
     DestroyResult,
     container_status,
     destroy,
@@ -255,24 +252,18 @@ def test_untagged_namesake_is_refused_and_untouched(
     assert [r.vmid for r in list_resources(client) if r.name == "c2"] == [966]
 
 
-def test_status_calls_the_server_probe_for_running_containers(inventory: Inventory) -> None:
+def test_status_reads_each_container_as_pve_sees_it(inventory: Inventory) -> None:
+    """The PVE part of ``status`` (the server part: dflashops.status, over SSH, in the lab's
+    integration tests)."""
     assert provision(inventory, ["c1"], options=API_ONLY).ok
-    seen: list[str] = []
-
-    def probe(inv: Inventory, ct: Container, status: ContainerStatus) -> ServerStatus:
-        seen.append(ct.name)
-        return ServerStatus(host=str(status.address), deployed=True, running=True)
-
-    c1, c2 = container_status(inventory, ["c1", "c2"], server_probe=probe)
+    c1, c2 = container_status(inventory, ["c1", "c2"])
     assert (c1.state, c1.vmid, c1.address, c1.tags) == (
         "running",
         960,
         "10.200.99.60",
         ["dflashops"],
     )
-    assert c1.server is not None and c1.server.host == "10.200.99.60" and c1.server.running
-    assert (c2.state, c2.vmid, c2.server) == ("absent", None, None)
-    assert seen == ["c1"]
+    assert (c2.state, c2.vmid) == ("absent", None)
 
 
 def test_destroy_removes_managed_and_refuses_strangers(

@@ -1,15 +1,15 @@
 """Which exit code a ``status`` result gets: the rule lives in the core
-(:func:`dflashops.proxmox.lifecycle.status_failure`), the CLI only raises what it returns."""
+(:func:`dflashops.status.status_failure`), the CLI only raises what it returns."""
 
 from __future__ import annotations
 
-from dflashops.deployment.server_view import ServerStatus
+from dflashops.launch.status import ServerStatus
 from dflashops.proxmox.errors import ProvisionError
-from dflashops.proxmox.lifecycle import ContainerStatus, status_failure
+from dflashops.status import StatusRow, status_failure
 
 
-def row(name: str, state: str, note: str | None = None) -> ContainerStatus:
-    return ContainerStatus(name=name, cluster="pve", node="pve1", state=state, note=note)
+def row(name: str, state: str, note: str | None = None) -> StatusRow:
+    return StatusRow(name=name, cluster="pve", node="pve1", state=state, note=note)
 
 
 def test_running_stopped_and_absent_rows_exit_0() -> None:
@@ -48,7 +48,7 @@ def test_a_server_part_without_a_placement_never_fails_status() -> None:
 
 def test_a_server_still_loading_says_so_and_strays_are_named() -> None:
     from dflashops.cli.provision import _server_cell
-    from dflashops.deployment.server_view import StrayProcess
+    from dflashops.launch.status import StrayProcess
 
     entry = row("a", "running")
     entry.server = ServerStatus(

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from dflashops.cli.context import dump_json
-from dflashops.deployment.server_view import ServerStatus
 from dflashops.errors import RemoteError
+from dflashops.launch.status import ServerStatus
 from dflashops.up.lock import LOCK_FILE, PairBusy, holder_now, take_lock
 from dflashops.up.outcome import PairResult, UpResult
 from dflashops.up.plan import STEPS
