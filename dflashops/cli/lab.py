@@ -127,11 +127,14 @@ def demo(as_json: bool) -> None:
     folders: <lab state>/up. On 2 CPU cores a run with everything cached
     takes about 3 minutes.
     """
+    from dflashops.cli.up_view import pair_events
     from dflashops.lab.demo import run_demo
 
     # on stderr even with --json: the demo takes minutes, and stdout stays the one document
     with lanes("lab demo") as tell:
-        report = run_demo(progress=lambda message: tell(MAIN, message), pair_progress=tell)
+        report = run_demo(
+            progress=lambda message: tell(MAIN, message), pair_progress=pair_events(tell)
+        )
     if as_json:
         click.echo(dump_json(report.to_json()))
         return

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dflashops.progress import Say
 
@@ -37,8 +37,27 @@ if TYPE_CHECKING:
 
 HEARTBEAT_S = 30.0
 MAIN = ""  # the lane of the command's own steps
-# tell(lane, message): the next step on that lane
-Lanes = Callable[[str, str], None]
+
+
+class Lanes(Protocol):
+    """``tell(lane, message)``: the next step on that lane; ``tell.done(lane, message)``: the
+    lane's last word (an outcome, said once: no step runs on after it)."""
+
+    def __call__(self, lane: str, message: str) -> None: ...
+
+    def done(self, lane: str, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Tell:
+    step: Callable[[str, str], None]
+    end: Callable[[str, str], None]
+
+    def __call__(self, lane: str, message: str) -> None:
+        self.step(lane, message)
+
+    def done(self, lane: str, message: str) -> None:
+        self.end(lane, message)
 
 
 @contextmanager
@@ -59,15 +78,16 @@ def lanes(description: str = "", *, enabled: bool = True) -> Iterator[Lanes]:
     parallel work (its own line on a terminal). ``description`` names the command: the first
     spinner text on a terminal, each line's prefix elsewhere."""
     if not enabled:
-        yield _nobody
+        yield _Tell(_nobody, _nobody)
         return
     console = progress_console()
     if console.is_interactive:
         with live_progress(console) as progress:
-            yield LiveLanes(progress, description).tell
+            live = LiveLanes(progress, description)
+            yield _Tell(live.tell, live.done)
         return
     with step_lines(description, console) as lines:
-        yield lines.step
+        yield _Tell(lines.step, lines.done)
 
 
 def _nobody(_lane: str, _message: str) -> None:
@@ -128,6 +148,13 @@ class LiveLanes:
             else:
                 self._progress.update(task, description=message)
 
+    def done(self, lane: str, message: str) -> None:
+        """The lane ends: its line goes (the command prints its outcomes after the display)."""
+        with self._lock:
+            task = self._tasks.pop(lane, None)
+            if task is not None:
+                self._progress.remove_task(task)
+
 
 @contextmanager
 def step_lines(description: str, console: Console) -> Iterator[StepLines]:
@@ -187,6 +214,12 @@ class StepLines:
             for ended in list(self._open) if lane == MAIN else [lane]:
                 self._end(ended, now, "done in")
             self._open[lane] = _Step(message, started=now, last_line=now)
+            self._write(self._prefix + message)
+
+    def done(self, lane: str, message: str) -> None:
+        """End ``lane``'s step and write ``message`` as its last word (no step runs on)."""
+        with self._lock:
+            self._end(lane, self._clock(), "done in")
             self._write(self._prefix + message)
 
     def update(self, lane: str, message: str) -> None:

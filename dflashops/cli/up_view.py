@@ -12,7 +12,8 @@ from rich.table import Table
 from dflashops.cli.cells import number
 from dflashops.cli.console import make_console
 from dflashops.cli.context import dump_json
-from dflashops.cli.progress import lanes
+from dflashops.cli.progress import Lanes, lanes
+from dflashops.up.runner import RESULT
 
 if TYPE_CHECKING:
     from dflashops.up.outcome import UpResult
@@ -24,11 +25,22 @@ def pair_lines(*, enabled: bool = True) -> Iterator[Event]:
     """Yield ``on_event(pair, step, message)``: each pair is a lane of the progress display
     (its own live line on a terminal, step lines elsewhere)."""
     with lanes(enabled=enabled) as tell:
+        yield pair_events(tell)
 
-        def on_event(pair: str, step: str, message: str) -> None:
+
+def pair_events(tell: Lanes) -> Event:
+    """``up``'s events as lanes: a pair's failure and its result line are the lane's last word
+    (said once, not a step that "still runs")."""
+
+    def on_event(pair: str, step: str, message: str) -> None:
+        if step == RESULT:  # the pair's result line names the pair itself
+            tell.done(pair, message)
+        elif message.startswith("failed: "):
+            tell.done(pair, f"{pair} [{step}] {message}")
+        else:
             tell(pair, f"{pair} [{step}] {message}" if step else f"{pair}: {message}")
 
-        yield on_event
+    return on_event
 
 
 def render_result(result: UpResult, *, as_json: bool) -> None:

@@ -36,8 +36,8 @@ from typing import Any
 from dflashops.lab.errors import LabError
 
 Progress = Callable[[str], None]
-# (pair, message): one line of one pair's progress in an up run; the pairs run in parallel
-PairProgress = Callable[[str, str], None]
+# (pair, step, message): one event of one pair in an up run (up.runner's); pairs run in parallel
+PairProgress = Callable[[str, str, str], None]
 DEMO_CONTAINER = "lab-ct1"
 SECOND_CONTAINER = "lab-ct2"  # the second pair: fails on purpose before its launch
 DEMO_PLAYBOOK = "lab-dflash"
@@ -158,7 +158,9 @@ class _UpRuns:
     ) -> None:
         self.inventory, self.book, self.state = inventory, book, state
         self.report, self.say = report, say
-        self.pair_say = pair_say or (lambda _pair, message: say(message))
+        self.pair_say = pair_say or (
+            lambda pair, step, message: say(f"{pair} [{step}] {message}" if step else message)
+        )
 
     def _up(
         self, label: str, containers: tuple[str, ...], until: str | None = None, **options: Any
@@ -173,12 +175,8 @@ class _UpRuns:
         # the demo's runs that stop early (after provision, after bench) run a shorter table
         parts = UpParts(steps=steps_until(until)) if until else UpParts()
 
-        def event(pair: str, step: str, message: str) -> None:
-            line = f"up ({label}) {pair} [{step}] {message}" if step else f"{pair}: {message}"
-            self.pair_say(pair, line)
-
         self.say(f"up ({label}) on {', '.join(containers)}")
-        result = run_up(self.inventory, request, on_event=event, parts=parts)
+        result = run_up(self.inventory, request, on_event=self.pair_say, parts=parts)
         if result.interrupted:
             raise LabError("interrupted", hint="`dflashops lab demo` again replays the incident")
         for pair in result.pairs:

@@ -58,6 +58,7 @@ from dflashops.up.steps import STEP_FUNCTIONS, PairWork, StepFunction, StepRefus
 
 # (pair, step or "", message): one line of a pair's progress
 Event = Callable[[str, str, str], None]
+RESULT = "result"  # the step of a pair's last event: its result line
 NOT_READ = DrafterFiles(None, None, "not read: provision runs first")
 
 
@@ -268,7 +269,6 @@ class _PairRun:
         result.outcome = "failed"
         result.error = exc.one_line() if isinstance(exc, DflashopsError) else repr(exc)
         result.invalid_input = isinstance(exc, DflashopsError) and exc.cli_exit_code == 2
-        self.tell(self.pair.id, "", f"failed: {result.error}")
         return result
 
     def plan_only(self) -> PairResult:
@@ -288,7 +288,13 @@ class _PairRun:
         return result
 
     def run(self, stop: threading.Event) -> PairResult:
-        """The pair's run under its lock; the pair's connection closes with it."""
+        """The pair's run under its lock; the pair's connection closes with it. Its last event
+        (step :data:`RESULT`) is the pair's result line."""
+        result = self._locked_run(stop)
+        self.tell(self.pair.id, RESULT, result.line())
+        return result
+
+    def _locked_run(self, stop: threading.Event) -> PairResult:
         wait_s = self.request.wait_timeout_s if self.request.wait else None
         try:
             held = take_lock(self.folder, wait_s=wait_s, on_wait=self._waiting, stop=stop)
@@ -317,7 +323,6 @@ class _PairRun:
         result = self._result(plan)
         if not runs_anything(plan):
             result.outcome = "unchanged"
-            self.tell(self.pair.id, "", result.line())
             return result
         work = PairWork(
             inventory=self.inventory,
@@ -352,7 +357,6 @@ class _PairRun:
                 result.outcome = "failed"
                 return result
         result.outcome = "stopped" if self.parts.until else "done"
-        self.tell(self.pair.id, "", result.line())
         return result
 
     def _step(self, step: str, work: PairWork, result: PairResult) -> bool:

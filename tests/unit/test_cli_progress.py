@@ -250,11 +250,14 @@ def test_lab_models_json_keeps_stdout_one_document_and_shows_progress_on_stderr(
 
 def test_lab_demo_json_shows_each_pair_as_its_own_lane(monkeypatch: pytest.MonkeyPatch) -> None:
     from dflashops.lab.demo import DemoReport
+    from dflashops.up.runner import RESULT
 
     def fake_demo(progress: Say, pair_progress: Any) -> DemoReport:
         progress("up (1 guessed config) on lab-ct1, lab-ct2")
-        pair_progress("ct1", "up (1 guessed config) ct1 [drafter] starting")
-        pair_progress("ct2", "up (1 guessed config) ct2 [drafter] starting")
+        pair_progress("ct1", "drafter", "starting")
+        pair_progress("ct2", "drafter", "starting")
+        pair_progress("ct2", "drafter", "failed: cannot read the drafter")
+        pair_progress("ct2", RESULT, "ct2: drafter failed: cannot read the drafter")
         return DemoReport(model="lab")
 
     monkeypatch.setattr("dflashops.lab.demo.run_demo", fake_demo)
@@ -264,10 +267,16 @@ def test_lab_demo_json_shows_each_pair_as_its_own_lane(monkeypatch: pytest.Monke
     shown = result.stderr.splitlines()
     assert shown[:3] == [
         "lab demo: up (1 guessed config) on lab-ct1, lab-ct2",
-        "lab demo: up (1 guessed config) ct1 [drafter] starting",
-        "lab demo: up (1 guessed config) ct2 [drafter] starting",
+        "lab demo: ct1 [drafter] starting",
+        "lab demo: ct2 [drafter] starting",
     ]
-    assert len(shown) == 6 and all(": done in " in line for line in shown[3:])
+    # a failure and the pair's result end its lane: said once, never "still running"
+    assert shown[3].startswith("lab demo: ct2 [drafter] starting: done in ")
+    assert shown[4:6] == [
+        "lab demo: ct2 [drafter] failed: cannot read the drafter",
+        "lab demo: ct2: drafter failed: cannot read the drafter",
+    ]
+    assert len(shown) == 8 and all(": done in " in line for line in shown[6:])
 
 
 def test_a_step_said_again_with_new_numbers_is_one_step(
