@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 if [ "${1-}" = --unit ]; then
   shift
   bash scripts/setup.sh --venv-only
-  # a later -m in ARGS replaces this filter (pytest keeps the last -m)
-  exec .venv/bin/python -m pytest tests/unit -m "not root and not vllm" "$@"
+  # a later -m in ARGS replaces this filter (pytest keeps the last -m); four workers: the unit
+  # tests mostly wait (timeouts, subprocesses), so four share two cores well (-n 0: one process)
+  exec .venv/bin/python -m pytest tests/unit -m "not root and not vllm" -n 4 "$@"
 fi
 bash scripts/setup.sh
 exec .venv/bin/python -m pytest "$@"

@@ -69,7 +69,7 @@ def plan_renderables(plan: TrainPlan, *, dry_run: bool) -> list[RenderableType]:
 def _files(plan: TrainPlan) -> Table:
     table = Table(title="Where files go")
     table.add_column("what")
-    table.add_column("where")
+    table.add_column("where", overflow="fold")  # a path folds on a narrow terminal, never cut
     for what, where in plan.files:
         table.add_row(what, where)
     return table

@@ -294,7 +294,7 @@ def test_the_dry_run_plan_renders_stages_sources_and_files(
         assert _row(lines, stage.stage)[2] == stage.detail
     for _, where in plan.files:
         assert any(where in line for line in lines)
-    assert "registry dflashops-lab/tiny-qwen3-dflash" in text
+    assert _row(lines, "block_size")[2] == "registry dflashops-lab/tiny-qwen3-dflash"
     assert "estimated time" in text
     data = plan.to_json()
     assert json.loads(json.dumps(data))["stages"][0] == {
