@@ -6,7 +6,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 from pydantic import BaseModel, ConfigDict
 
@@ -56,16 +56,9 @@ def stop_server(
     """Stop the server (under systemd also disable it, so a reboot does not bring it back).
     A member of a placement stops its whole group (every member, even when one is unreachable).
     ``access``: an open connection the caller keeps; ``wait_s``: for a busy container."""
-    with ExitStack() as stack:
-        target = _open(
-            inventory,
-            container_name,
-            access,
-            stack,
-            command="stop",
-            wait_s=wait_s,
-            say=progress or quiet,
-        )
+    with _locked(
+        inventory, container_name, access, "stop", wait_s=wait_s, progress=progress
+    ) as target:
         conn = target.conn
         record = read_placement(conn, layout)
         if record is not None:
@@ -113,16 +106,9 @@ def restart_server(
     """Stop and start the deployed server and wait until it is ready again (the launch core's
     ``restart``: a server that does not come back is stopped, with its log's cause)."""
     env = os.environ if environ is None else environ
-    with ExitStack() as stack:
-        target = _open(
-            inventory,
-            container_name,
-            access,
-            stack,
-            command="restart",
-            wait_s=wait_s,
-            say=progress or quiet,
-        )
+    with _locked(
+        inventory, container_name, access, "restart", wait_s=wait_s, progress=progress
+    ) as target:
         conn = target.conn
         record = read_placement(conn, layout)
         if record is not None:  # its ranks cannot rejoin a running group: the group restarts
@@ -149,24 +135,26 @@ def restart_server(
     )
 
 
-def _open(
+@contextmanager
+def _locked(
     inventory: Inventory,
     name: str,
     access: ContainerAccess | None,
-    stack: ExitStack,
-    *,
     command: str,
+    *,
     wait_s: float | None,
-    say: Say = quiet,
-) -> ContainerAccess:
-    """The caller's open connection, or a new one closed with ``stack``; the container locked
-    for ``command`` until ``stack`` closes (held already when the caller holds it)."""
-    target = access
-    if target is None:
-        target = connect(inventory, name)
-        stack.enter_context(target)
-    stack.enter_context(container_lock(target.conn, name, command, wait_s=wait_s, say=say))
-    return target
+    progress: Say | None,
+) -> Iterator[ContainerAccess]:
+    """The caller's open connection, or a new one closed afterwards; the container locked for
+    ``command`` meanwhile (held already when the caller holds it)."""
+    with ExitStack() as stack:
+        target = access
+        if target is None:
+            target = connect(inventory, name)
+            stack.enter_context(target)
+        lock = container_lock(target.conn, name, command, wait_s=wait_s, say=progress or quiet)
+        stack.enter_context(lock)
+        yield target
 
 
 def read_logs(
