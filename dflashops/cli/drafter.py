@@ -19,6 +19,20 @@ _REGISTRY = click.option(
     help="Extra reference entry file or folder of entries (repeatable).",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+# the methods a playbook names (drafter.method) that a drafter check has rules for; spelled here
+# so --help does not import the validation core
+_METHODS = ("dflash", "dspark", "eagle3", "eagle", "mtp", "draft_model", "ngram", "suffix")
+_FAMILIES = (
+    "dflash",
+    "dflash2",
+    "dspark",
+    "eagle3",
+    "eagle",
+    "mtp",
+    "draft_model",
+    "ngram",
+    "suffix",
+)
 
 
 def _engine(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -57,6 +71,12 @@ def drafter() -> None:
     type=click.IntRange(min=1),
     help="num_speculative_tokens the server will use (checked against block_size - 1).",
 )
+@click.option(
+    "--method",
+    type=click.Choice(_METHODS),
+    help="The method the server will use (the playbook's drafter.method): its family's rules "
+    "apply. Default: the family the drafter's config says (DFlash when it says none).",
+)
 @_REGISTRY
 @_JSON
 @click.pass_context
@@ -68,11 +88,13 @@ def check(
     ref: str | None,
     engine: Any,
     k: int | None,
+    method: str | None,
     registry_paths: tuple[Path, ...],
     as_json: bool,
 ) -> None:
     """Check DRAFTER (a dir or NAME:PATH): config, tokenizer ids and safetensors header against
-    the target, a reference drafter and the engine version."""
+    the target, a reference drafter and the engine version, by the rules of its family
+    (DFlash, DFlash2, DSpark, EAGLE-3, EAGLE, a draft model, MTP)."""
     from dflashops.drafter.check import check_paths
     from dflashops.drafter.report import DrafterCheckReport
 
@@ -83,6 +105,7 @@ def check(
         engine=engine,
         k=k,
         registry_paths=registry_paths,
+        method=method,
     )
     report = DrafterCheckReport.from_run(run)
     if as_json:
@@ -189,15 +212,18 @@ def push(
 
 @drafter.command("refs")
 @_REGISTRY
+@click.option("--family", type=click.Choice(_FAMILIES), help="Only this family's entries.")
 @_JSON
-def refs(*, registry_paths: tuple[Path, ...], as_json: bool) -> None:
-    """List the reference drafters and which of their values are certain."""
+def refs(*, registry_paths: tuple[Path, ...], family: str | None, as_json: bool) -> None:
+    """List the reference drafters (of one family with --family) and which of their values are
+    certain."""
     from dflashops.drafter.registry import load_registry
 
     registry = load_registry(registry_paths)
     rows: list[dict[str, Any]] = [
         {
             "name": e.name,
+            "family": e.family,
             "target": e.target.name,
             "certain": [k.path for k in e.keys if k.certain],
             "not_certain": [k.path for k in e.keys if not k.certain],
@@ -205,6 +231,7 @@ def refs(*, registry_paths: tuple[Path, ...], as_json: bool) -> None:
             "file": e.file,
         }
         for e in registry.entries
+        if family is None or e.family == family
     ]
     if as_json:
         click.echo(dump_json(rows))
@@ -214,11 +241,15 @@ def refs(*, registry_paths: tuple[Path, ...], as_json: bool) -> None:
     from dflashops.cli.console import make_console
 
     table = Table(title="Reference drafters", show_lines=True)
-    for column in ("name", "target", "certain keys", "not certain"):
+    for column in ("name", "family", "target", "certain keys", "not certain"):
         table.add_column(column)  # one key per line; the console keeps each one whole
     for row in rows:
         table.add_row(
-            row["name"], row["target"], "\n".join(row["certain"]), "\n".join(row["not_certain"])
+            row["name"],
+            row["family"],
+            row["target"],
+            "\n".join(row["certain"]),
+            "\n".join(row["not_certain"]),
         )
     make_console().print(table)
 

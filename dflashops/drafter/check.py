@@ -5,13 +5,14 @@ Standard library only, so the server preflight can run exactly what ``drafter ch
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from dflashops.drafter.diff import DiffLine, diff_against_entry, diff_configs
 from dflashops.drafter.engine import EngineSpec
+from dflashops.drafter.families import CheckInputs, method_family
 from dflashops.drafter.files import (
     CONFIG_FILE,
     DrafterFiles,
@@ -21,10 +22,10 @@ from dflashops.drafter.files import (
     read_target,
 )
 from dflashops.drafter.formats import SPECULATORS, ZLAB_ONLY, file_key
+from dflashops.drafter.methods import validate_method
 from dflashops.drafter.registry import Match, RegistryEntry, load_registry, parse_entry
 from dflashops.drafter.result import CheckResult, Finding
 from dflashops.drafter.target_match import match_by_target
-from dflashops.drafter.validate import validate_drafter
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,14 @@ def check_paths(
     engine: EngineSpec | None = None,
     k: int | None = None,
     registry_paths: Iterable[Path] = (),
+    method: str | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> CheckRun:
     """``drafter check``: ``ref`` (a name or entry file) wins; otherwise the drafter is matched
     to a registry entry by name, path or weights fingerprint, else by its target's config
     (:mod:`dflashops.drafter.target_match`); unmatched drafters are checked without one.
-    Unreadable inputs raise ``DrafterError``."""
+    ``method`` (the playbook's) picks the family's rules; without it the drafter's own files do
+    (:mod:`dflashops.drafter.methods`). Unreadable inputs raise ``DrafterError``."""
     registry = load_registry(registry_paths)
     files = read_drafter(drafter)
     target_files = read_target(target) if target else None
@@ -60,9 +64,10 @@ def check_paths(
     if match is None and target_files is not None:
         by_target = match_by_target(registry, files, target_files)
         match, notes = by_target.match, by_target.findings
-    result = validate_drafter(
-        files, target_files, match.entry if match else None, engine=engine, k=k
+    inputs = CheckInputs(
+        files, target_files, match.entry if match else None, engine, k, dict(params or {})
     )
+    result = validate_method(method_family(method) if method else None, inputs)
     if notes:
         result = CheckResult.of([*result.findings, *notes], result.required_env)
     return CheckRun(files, target_files, match, engine, k, result)

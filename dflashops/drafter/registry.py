@@ -28,6 +28,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
+from dflashops.drafter.family_names import FAMILIES, Family
 from dflashops.drafter.files import DrafterFiles, expand_user, read_json_object
 from dflashops.drafter.keys import is_int
 from dflashops.drafter.registry_fields import (
@@ -66,6 +67,7 @@ _ENTRY_FIELDS = {
     "fingerprints",
     "expected_acceptance",
     "trained_for",
+    "family",
 }
 _TARGET_FIELDS = {
     "name",
@@ -140,6 +142,7 @@ class RegistryEntry:
     file: str
     expected_acceptance: tuple[ExpectedAcceptance, ...] = ()
     trained_for: TrainedFor | None = None
+    family: Family = "dflash"  # whose rules check a drafter against it
 
     def value(self, path: str) -> RefValue | None:
         return next((k for k in self.keys if k.path == path), None)
@@ -295,6 +298,9 @@ def parse_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
     keys = data.get("keys")
     if not isinstance(keys, dict) or not keys:
         raise bad("keys", "must be a non-empty object")
+    family = data.get("family", "dflash")
+    if family not in FAMILIES:
+        raise bad("family", f"one of {', '.join(FAMILIES)}")
     fingerprints = data.get("fingerprints", {})
     if not isinstance(fingerprints, dict) or not all(
         isinstance(k, str) and k.startswith("sha256:") and isinstance(v, str)
@@ -319,6 +325,7 @@ def parse_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
         keys=tuple(_ref_value(path, raw, sources, source) for path, raw in keys.items()),
         fingerprints=dict(fingerprints),
         file=source,
+        family=family,
         expected_acceptance=expected_acceptance(
             data.get("expected_acceptance", []), sources, source
         ),

@@ -1,0 +1,11 @@
+"""The mtp family's rules (to be written)."""
+
+from __future__ import annotations
+
+from dflashops.drafter.families import CheckInputs
+from dflashops.drafter.result import CheckResult
+from dflashops.drafter.unchecked import not_checked
+
+
+def validate(inputs: CheckInputs) -> CheckResult:
+    return not_checked("mtp")
