@@ -24,7 +24,13 @@ NON_CAUSAL_BACKENDS = frozenset(
 DFLASH_GPU_BACKEND = "FLASH_ATTN"
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads it when --api-key is absent (envs.VLLM_API_KEY)
 # SGLang's speculative algorithm per playbook method (NEXTN is SGLang's MTP name, EAGLE inside)
-SGLANG_ALGORITHMS = {"dflash": "DFLASH", "mtp": "NEXTN", "eagle3": "EAGLE3", "ngram": "NGRAM"}
+SGLANG_ALGORITHMS = {
+    "dflash": "DFLASH",
+    "mtp": "NEXTN",
+    "eagle3": "EAGLE3",
+    "eagle": "EAGLE",
+    "ngram": "NGRAM",
+}
 
 
 @dataclass(frozen=True)
@@ -141,12 +147,19 @@ def sglang_argv(playbook: Playbook, python: str, target: TargetFacts) -> list[st
     if server.enforce_eager:
         argv.append("--disable-cuda-graph")
     method, k = drafter.method, server.num_speculative_tokens
+    if method != "none" and method not in SGLANG_ALGORITHMS:
+        raise PlaybookError(
+            f"SGLang has no {method} speculative decoding",
+            source="playbook",
+            key="drafter.method",
+            hint=f"serve {method} with vLLM, or use one of {', '.join(sorted(SGLANG_ALGORITHMS))}",
+        )
     if method != "none":
         assert k is not None  # the playbook model requires k with a method
         argv += ["--speculative-algorithm", SGLANG_ALGORITHMS[method]]
         if drafter.model is not None:
             argv += ["--speculative-draft-model-path", str(drafter.model.path)]
-        if method in ("mtp", "eagle3"):
+        if method in ("mtp", "eagle3", "eagle"):
             argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
         argv += ["--speculative-num-draft-tokens", str(k + 1)]
         if method == "ngram":

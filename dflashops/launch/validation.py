@@ -1,4 +1,5 @@
-"""Validate the drafter the container holds, before anything is pushed.
+"""Validate the drafter the container holds, by its method's family's rules, before anything is
+pushed.
 
 Why here and not remotely: the config, tokenizer files and the safetensors *headers* (never the
 weights) are copied into a local temp folder over SFTP and checked by this CLI's own validator
@@ -13,11 +14,15 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dflashops.drafter.check import check_paths
-from dflashops.drafter.engine import parse_engine
+from dflashops.drafter.engine import EngineSpec, parse_engine
+from dflashops.drafter.families import CheckInputs, Family, method_family
 from dflashops.drafter.fetch import META_FILES, fetch_model_meta
-from dflashops.drafter.result import Finding
+from dflashops.drafter.files import read_target
+from dflashops.drafter.methods import validate_method
+from dflashops.drafter.result import CheckResult, Finding
 from dflashops.drafter.safetensors import INDEX_FILE
 from dflashops.launch.args import TargetFacts, hybrid_from_config
 from dflashops.playbook.models import Playbook
@@ -47,31 +52,33 @@ class DrafterValidation:
 
 
 def validate(conn: SshConnection, playbook: Playbook) -> tuple[DrafterValidation, TargetFacts]:
-    """Check the playbook's drafter (DFlash only) against its target and engine version, and
-    read the target facts the engine arguments depend on."""
+    """Check the playbook's drafter by its method's family's rules (DFlash, DSpark, EAGLE,
+    a draft model: its checkpoint; MTP: the target's own layers; n-gram, suffix: their
+    parameters) against the target and the engine version, and read the target facts the
+    engine arguments depend on."""
     drafter = playbook.drafter
+    family = method_family(drafter.method)
     with tempfile.TemporaryDirectory(prefix="dflashops-launch-") as tmp:
         target_dir = Path(tmp) / "target" / playbook.model.path.name
-        checked = drafter.method == "dflash" and drafter.model is not None
-        # without a DFlash check only the target's config is needed (the engine arguments)
-        names = (*META_FILES, INDEX_FILE) if checked else ("config.json",)
-        fetch_model_meta(conn, str(playbook.model.path), target_dir, weights=False, names=names)
-        target = TargetFacts(hybrid_linear_attention=_hybrid(target_dir))
-        if not checked or drafter.model is None:
-            reason = f"method {drafter.method} has no DFlash drafter config to check"
-            return DrafterValidation("not run", reason=reason), target
-        # the folder name is kept: the registry matches drafters by name
-        drafter_dir = Path(tmp) / "drafter" / drafter.model.path.name
-        fetch_model_meta(conn, str(drafter.model.path), drafter_dir, weights=True)
-        engine = parse_engine(f"{playbook.engine.name}=={playbook.engine.version}")
-        run = check_paths(
-            str(drafter_dir),
-            target=str(target_dir),
-            ref=drafter.ref,
-            engine=engine,
-            k=playbook.server.num_speculative_tokens,
+        # MTP's drafter is the target's own layers: their tensors are in its headers
+        target_weights = family == "mtp"
+        names = (*META_FILES, INDEX_FILE) if family is not None else ("config.json",)
+        fetch_model_meta(
+            conn, str(playbook.model.path), target_dir, weights=target_weights, names=names
         )
-    result = run.result
+        target = TargetFacts(hybrid_linear_attention=_hybrid(target_dir))
+        if family is None:
+            reason = f"method {drafter.method}: no drafter to check"
+            return DrafterValidation("not run", reason=reason), target
+        drafter_dir: Path | None = None
+        if drafter.model is not None:
+            # the folder name is kept: the registry matches drafters by name
+            drafter_dir = Path(tmp) / "drafter" / drafter.model.path.name
+            fetch_model_meta(conn, str(drafter.model.path), drafter_dir, weights=True)
+        elif family == "mtp":
+            drafter_dir = target_dir
+        engine = parse_engine(f"{playbook.engine.name}=={playbook.engine.version}")
+        result = _check(playbook, family, drafter_dir, target_dir, engine)
     return (
         DrafterValidation(
             status=result.summary.status,
@@ -80,6 +87,40 @@ def validate(conn: SshConnection, playbook: Playbook) -> tuple[DrafterValidation
         ),
         target,
     )
+
+
+def method_params(playbook: Playbook) -> dict[str, Any]:
+    """The method's own parameters a family's rules check (n-gram's lookup window)."""
+    drafter = playbook.drafter
+    params = {
+        "prompt_lookup_min": drafter.prompt_lookup_min,
+        "prompt_lookup_max": drafter.prompt_lookup_max,
+    }
+    return {key: value for key, value in params.items() if value is not None}
+
+
+def _check(
+    playbook: Playbook,
+    family: Family,
+    drafter_dir: Path | None,
+    target_dir: Path,
+    engine: EngineSpec,
+) -> CheckResult:
+    k = playbook.server.num_speculative_tokens
+    if drafter_dir is None:  # n-gram, suffix: nothing but their parameters
+        inputs = CheckInputs(
+            None, read_target(str(target_dir)), None, engine, k, method_params(playbook)
+        )
+        return validate_method(family, inputs)
+    return check_paths(
+        str(drafter_dir),
+        target=str(target_dir),
+        ref=playbook.drafter.ref,
+        engine=engine,
+        k=k,
+        method=playbook.drafter.method,
+        params=method_params(playbook),
+    ).result
 
 
 def _hybrid(target_dir: Path) -> bool:

@@ -17,10 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dflashops.playbook.placement import Placement, placement_engine_problem
 from dflashops.secrets import INLINE_REFUSED
 
-Method = Literal["dflash", "mtp", "eagle3", "ngram", "draft_model", "none"]
+Method = Literal[
+    "dflash", "dspark", "mtp", "eagle3", "eagle", "ngram", "suffix", "draft_model", "none"
+]
 EngineName = Literal["vllm", "sglang"]
 # methods whose draft weights live in a separate checkpoint
-DRAFT_CHECKPOINT_METHODS = frozenset({"dflash", "eagle3", "draft_model"})
+DRAFT_CHECKPOINT_METHODS = frozenset({"dflash", "dspark", "eagle3", "eagle", "draft_model"})
 # vLLM guesses a draft_model's method from its path (config/speculative.py, at least to 0.32):
 # a path containing one of these runs as that method instead, with different weights expected
 VLLM_METHOD_FROM_PATH = (
@@ -85,7 +87,7 @@ class Drafter(Strict):
     def _model_when_needed(self) -> Drafter:
         if self.method in DRAFT_CHECKPOINT_METHODS and self.model is None:
             raise ValueError(f"method {self.method} needs drafter.model")
-        if self.method in {"none", "ngram", "mtp"} and self.model is not None:
+        if self.method in {"none", "ngram", "suffix", "mtp"} and self.model is not None:
             raise ValueError(f"method {self.method} takes no drafter.model")
         lookup = (self.prompt_lookup_min, self.prompt_lookup_max)
         if self.method != "ngram" and any(v is not None for v in lookup):

@@ -194,6 +194,11 @@ def check_model(spec: ServerSpec, report: PreflightReport, env: dict[str, str]) 
     report.passed("model", spec.model)
 
 
+# the methods whose drafter files the preflight checks by their family's rules (MTP's "drafter"
+# is the target itself: render names its folder); n-gram and suffix have no files
+CHECKED_METHODS = frozenset({"dflash", "dspark", "eagle3", "eagle", "draft_model", "mtp"})
+
+
 def check_drafter(spec: ServerSpec, report: PreflightReport, env: dict[str, str]) -> None:
     if not spec.needs_drafter_files() or spec.drafter is None:
         report.passed("drafter", f"no drafter files for method {spec.method or 'none'}")
@@ -203,7 +208,7 @@ def check_drafter(spec: ServerSpec, report: PreflightReport, env: dict[str, str]
         if problem:
             raise PreflightFailure("drafter", problem, ExitCode.DRAFTER_FILES)
     report.passed("drafter", spec.drafter)
-    if spec.method != "dflash":
+    if spec.method not in CHECKED_METHODS:
         return
     validation = validate_drafter_hook(spec)
     report.drafter_validation = validation
@@ -245,6 +250,7 @@ def validate_drafter_hook(spec: ServerSpec) -> dict[str, Any]:
             ref=spec.drafter_ref,
             engine=engine,
             k=spec.num_speculative_tokens,
+            method=spec.method,
         )
     except DflashopsError as exc:
         return {

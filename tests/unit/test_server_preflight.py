@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -42,8 +43,9 @@ class Run:
 def model_dir(path: Path, *, weights: bool = True, config: dict[str, Any] | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config or {"architectures": ["Qwen3ForCausalLM"]}))
-    if weights:
-        (path / "model.safetensors").write_bytes(b"\x00" * 16)
+    if weights:  # a valid safetensors file holding no tensor: the preflight reads its header
+        header = b'{"__metadata__":{}}'
+        (path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
     return path
 
 
