@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "tune-offline": "dflashops.cli.tune_offline:tune_offline",
     "compare": "dflashops.cli.compare:compare",
     "doctor": "dflashops.cli.doctor:doctor",
+    "watch": "dflashops.cli.watch:watch",
     "lab": "dflashops.cli.lab:lab",
 }
 
@@ -81,6 +82,9 @@ LISTED: dict[str, dict[str, Any]] = {
     },
     "compare": {"short_help": "Launch and bench each speculative method; one table."},
     "doctor": {"short_help": "Why a server is slow or accepts little: ranked findings."},
+    "watch": {
+        "short_help": "Live view of a server: tok/s, running batch, acceptance per position."
+    },
     "lab": {"help": "Run dflashops end to end on this machine, with no Proxmox and no GPU."},
 }
 

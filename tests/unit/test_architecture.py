@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("deployment", "drafter.fetch"),
     ("engine",),
     ("launch", "bench", "proxmox", "drafter.push"),
-    ("report", "tune", "training", "status"),
+    ("report", "tune", "training", "status", "watch"),
     ("doctor", "up"),
     ("lab",),
     ("cli",),
