@@ -64,6 +64,11 @@ TABLE_ROWS = 15  # windows the live table keeps: half a minute at the default in
     metavar="SECONDS",
     help="The longest one scrape may take; a slower server is reported, then tried again.",
 )
+@click.option(
+    "--server-log",
+    metavar="PATH",
+    help="NAME: the server log inside the container (default /var/log/dflashops/server.log).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per window on stdout.")
 @skip_pve_check_option
 @pass_app
@@ -76,6 +81,7 @@ def watch(  # Click passes every option by keyword
     interval: float,
     count: int | None,
     timeout: float,
+    server_log: str | None,
     as_json: bool,
 ) -> None:
     """Watch a running server live: every --interval seconds its /metrics is scraped and the
@@ -88,8 +94,8 @@ def watch(  # Click passes every option by keyword
     window that says so, and watching goes on. Ctrl-C ends it (exit 0)."""
     if (name is None) == (url is None):
         raise click.UsageError("give a container NAME or --url URL (one of them)")
-    if url is not None and playbook_name is not None:
-        raise click.UsageError("-p describes a container NAME; --url needs none")
+    if url is not None and (playbook_name or server_log) is not None:
+        raise click.UsageError("-p and --server-log describe a container NAME; --url needs neither")
     from dflashops.watch.loop import WatchSettings
     from dflashops.watch.session import WatchRequest, open_watch
 
@@ -97,6 +103,7 @@ def watch(  # Click passes every option by keyword
         container=name,
         url=url,
         playbook=playbook_name,
+        server_log=server_log,
         settings=WatchSettings(interval_s=interval, count=count, timeout_s=timeout),
     )
     with interrupts_end_it(), open_watch(request, app.inventory) as running:

@@ -34,11 +34,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class WatchRequest:
-    """Exactly one of ``container`` and ``url``; ``playbook`` only with a container."""
+    """Exactly one of ``container`` and ``url``; ``playbook`` and ``server_log`` (the log's
+    path in the container, default the layout's) only with a container."""
 
     container: str | None = None
     url: str | None = None
     playbook: str | None = None
+    server_log: str | None = None
     settings: WatchSettings = field(default_factory=WatchSettings)
 
     def __post_init__(self) -> None:
@@ -72,7 +74,8 @@ def open_watch(
     if request.url is not None:
         endpoint = Endpoint(request.url, api_key=env.get(URL_API_KEY_ENV) or None)
         with MetricsScraper(endpoint, timeout_s=settings.timeout_s) as scraper:
-            yield Watch(watch_windows(scraper, settings), endpoint.root())
+            root = endpoint.root()
+            yield Watch(watch_windows(scraper, settings, root=root), root)
         return
     assert request.container is not None
     name = request.container
@@ -86,7 +89,7 @@ def open_watch(
             book,
             manifest,
             environ=env,
-            log_path=DEFAULT_LAYOUT.log,
+            log_path=request.server_log or DEFAULT_LAYOUT.log,
             notes=[note] if note else [],
         )
         log_path = followed_log(target)

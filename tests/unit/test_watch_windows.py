@@ -9,7 +9,7 @@ exactly the interval and its rates exact; the scrapes themselves are real.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import pytest
 
@@ -46,7 +46,7 @@ class FakeClock:
 
 def windows_of(
     server: FakeMetricsServer, count: int | None = None, timeout_s: float = 5.0
-) -> Iterator[WatchWindow]:
+) -> Generator[WatchWindow]:
     clock = FakeClock()
     scraper = MetricsScraper(Endpoint(server.url), timeout_s=timeout_s, clock=clock)
     settings = WatchSettings(interval_s=INTERVAL_S, count=count, timeout_s=timeout_s)
