@@ -94,6 +94,8 @@ def watch(  # Click passes every option by keyword
     window that says so, and watching goes on. Ctrl-C ends it (exit 0)."""
     if (name is None) == (url is None):
         raise click.UsageError("give a container NAME or --url URL (one of them)")
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise click.UsageError(f"--url {url!r}: expected http://HOST:PORT or https://HOST:PORT")
     if url is not None and (playbook_name or server_log) is not None:
         raise click.UsageError("-p and --server-log describe a container NAME; --url needs neither")
     from dflashops.watch.loop import WatchSettings
@@ -172,7 +174,9 @@ def _what(running: Watch, interval: float) -> str:
 def _print_line(console: Console, window: WatchWindow) -> None:
     from dflashops.watch.text import window_line
 
-    console.print(window_line(window), markup=False, highlight=False, soft_wrap=True)
+    # the console's stream (its ASCII writer where the locale wants one), not console.print:
+    # rich exits 1 by itself when the reader went away, and that ends a watch with 0
+    console.file.write(window_line(window) + "\n")
     console.file.flush()
 
 

@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 import httpx
 
 from dflashops.bench.endpoint import Endpoint, connection_failure, error_body_text
-from dflashops.errors import DflashopsError
+from dflashops.errors import DflashopsError, shorten
 from dflashops.watch.reading import Reading, ScrapeFailure, no_metrics, read_scrape
 
 DEFAULT_TIMEOUT_S = 5.0
 METRICS_PATH = "/metrics"
+MAX_MESSAGE_CHARS = 300
 
 
 def utc_now() -> datetime:
@@ -73,4 +74,5 @@ class MetricsScraper:
             return self._failed(f"{self.url}: not a metrics document: {exc.one_line()}")
 
     def _failed(self, message: str) -> ScrapeFailure:
-        return ScrapeFailure(time=self._wall(), message=message)
+        # a reply's body is the server's text: one line, its control characters escaped
+        return ScrapeFailure(time=self._wall(), message=shorten(message, MAX_MESSAGE_CHARS))

@@ -65,8 +65,39 @@ def test_a_pipe_gets_one_line_per_window() -> None:
     assert result.stderr == f"watch {server.url} every 0.1 s\n"
 
 
+def test_a_pipe_in_an_ascii_locale_gets_ascii_dashes() -> None:
+    steps = [Step(), Step(drafts=0, accepted_per_position=(0, 0, 0, 0))]
+    with FakeMetricsServer(steps) as server:
+        result = CliRunner().invoke(
+            cli, ["watch", "--url", server.url, "--count", "1"], env={"LC_ALL": "C"}
+        )
+    assert result.exit_code == 0, result.output
+    assert "accept len -, per position -, drafts 0" in result.stdout
+    assert result.stdout.isascii()
+
+
+def test_a_reader_that_goes_away_ends_it_with_0() -> None:
+    """`dflashops watch … | head -1`: the first write after the reader left ends the watch."""
+    with FakeMetricsServer() as server:
+        for mode in (["--json"], []):
+            watcher = start_watch(["--url", server.url, "--interval", "0.1", *mode])
+            try:
+                LineReader(watcher, close_after_first=True).next()
+                assert watcher.wait(timeout=WAIT_S) == 0
+            finally:
+                stop(watcher)
+            assert watcher.stderr is not None
+            assert b"Traceback" not in watcher.stderr.read()
+
+
 @pytest.mark.parametrize(
-    "args", [[], ["gpu1", "--url", "http://127.0.0.1:9"], ["--url", "http://x", "-p", "lab"]]
+    "args",
+    [
+        [],
+        ["--url", "localhost:8000"],
+        ["gpu1", "--url", "http://127.0.0.1:9"],
+        ["--url", "http://x", "-p", "lab"],
+    ],
 )
 def test_name_or_url_is_a_usage_error_otherwise(args: list[str]) -> None:
     result = CliRunner().invoke(cli, ["watch", *args])
@@ -203,8 +234,11 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 class LineReader:
     """A process's stdout lines, each waited for with a deadline (a thread reads them)."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], *, close_after_first: bool = False
+    ) -> None:
         self.lines: queue.Queue[bytes | None] = queue.Queue()
+        self.close_after_first = close_after_first
         assert process.stdout is not None
         self.thread = threading.Thread(target=self._read, args=(process,), daemon=True)
         self.thread.start()
@@ -213,6 +247,9 @@ class LineReader:
         assert process.stdout is not None
         for line in iter(process.stdout.readline, b""):
             self.lines.put(line)
+            if self.close_after_first:
+                process.stdout.close()  # as `head -1` does
+                break
         self.lines.put(None)
 
     def next(self) -> str:
