@@ -114,9 +114,11 @@ def _counted(
     try:
         if before.counters is not None and after.counters is not None:
             spec = delta(before.counters, after.counters)
-    except BenchmarkError:
-        generated = -1  # the same restart: every counter began again
-    if generated is not None and generated < 0:
+    except BenchmarkError:  # a spec-decode counter went backwards
+        restarted = True
+    else:
+        restarted = generated is not None and generated < 0
+    if restarted:
         notes.append(RESTARTED)
         return None
     return generated, spec

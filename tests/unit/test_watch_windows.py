@@ -10,11 +10,14 @@ exactly the interval and its rates exact; the scrapes themselves are real.
 from __future__ import annotations
 
 from collections.abc import Generator
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from dflashops.bench.endpoint import Endpoint
 from dflashops.watch.loop import WatchSettings, next_due, watch_windows
+from dflashops.watch.reading import read_scrape
 from dflashops.watch.scraper import MetricsScraper
 from dflashops.watch.text import MISSING, window_line
 from dflashops.watch.window import (
@@ -27,6 +30,7 @@ from dflashops.watch.window import (
 from tests.support.fake_metrics_server import FakeMetricsServer, Step
 
 INTERVAL_S = 2.0
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 
 
 class FakeClock:
@@ -205,3 +209,20 @@ def test_the_first_good_reading_after_failures_begins_the_rates() -> None:
 def test_scrapes_keep_their_pace() -> None:
     assert next_due(10.0, 2.0, 10.5) == 12.0  # on time: one interval after the last was due
     assert next_due(10.0, 2.0, 17.0) == 17.0  # a scrape ran long: the next one at once
+
+
+def test_a_real_vllm_scrape_reads_as_a_reading() -> None:
+    """vLLM 0.32.0's own exposition (tests/fixtures/metrics): the gauges by their exact names
+    (not ``num_requests_waiting_by_reason``), the counters with their ``_total``."""
+    text = (FIXTURES / "real-vllm-0.32.0-cpu-ngram.txt").read_text()
+    reading = read_scrape(text, at_s=0.0, time=datetime.now(UTC))
+    assert (reading.generation_tokens, reading.running, reading.waiting) == (832, 0, 0)
+    assert reading.spec_decode and reading.counters is not None
+    assert reading.counters.num_drafts == 164
+    assert reading.counters.accepted_per_position == {0: 164, 1: 146, 2: 145, 3: 137}
+
+
+def test_data_parallel_engines_are_summed() -> None:
+    text = (FIXTURES / "synthesized-vllm-dp2.txt").read_text()
+    reading = read_scrape(text, at_s=0.0, time=datetime.now(UTC))
+    assert reading.counters is not None and reading.counters.num_drafts == 130
