@@ -69,7 +69,9 @@ def test_a_pipe_in_an_ascii_locale_gets_ascii_dashes() -> None:
     steps = [Step(), Step(drafts=0, accepted_per_position=(0, 0, 0, 0))]
     with FakeMetricsServer(steps) as server:
         result = CliRunner().invoke(
-            cli, ["watch", "--url", server.url, "--count", "1"], env={"LC_ALL": "C"}
+            cli,
+            ["watch", "--url", server.url, "--count", "1", "--interval", "0.1"],
+            env={"LC_ALL": "C"},
         )
     assert result.exit_code == 0, result.output
     assert "accept len -, per position -, drafts 0" in result.stdout
@@ -144,7 +146,9 @@ def test_ctrl_c_ends_it_with_exit_0_and_no_traceback(mode: list[str]) -> None:
 
 def test_ctrl_c_during_a_hung_scrape_ends_it_too() -> None:
     with FakeMetricsServer(hang_from=2) as server:
-        watcher = start_watch(["--url", server.url, "--json", "--timeout", "60"])
+        watcher = start_watch(
+            ["--url", server.url, "--json", "--timeout", "60", "--interval", "0.1"]
+        )
         try:
             deadline = time.monotonic() + WAIT_S
             while server.scrapes < 2 and time.monotonic() < deadline:
