@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -198,12 +199,57 @@ class Tune(Strict):
     k_min: int = Field(1, ge=1)
     k_max: int = Field(15, ge=1)
     budget: int = Field(4, ge=2, description="launches the live tuner may spend")
+    load: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
+        None,
+        description="concurrency levels `tune` measures every k at (ascending); absent: "
+        "concurrency 1 and one k, no schedule",
+    )
+    load_mix: dict[Annotated[int, Field(ge=1)], Annotated[float, Field(ge=0)]] | None = Field(
+        None,
+        description="share of time the server spends at each level (levels of `load`; a "
+        "level left out weighs 0); absent: every level alike",
+    )
+    tpot_slo_ms: float | None = Field(
+        None,
+        gt=0,
+        description="objective: the most tok/s whose median TPOT stays under this; absent: "
+        "the most aggregate tok/s",
+    )
 
     @model_validator(mode="after")
     def _range(self) -> Tune:
         if self.k_min > self.k_max:
             raise ValueError("k_min must not exceed k_max")
+        problem = load_problem(self.load, self.load_mix, self.tpot_slo_ms)
+        if problem:
+            raise ValueError(problem)
         return self
+
+
+def load_problem(
+    load: Sequence[int] | None,
+    load_mix: Mapping[int, float] | None,
+    tpot_slo_ms: float | None,
+) -> str | None:
+    """What is wrong with a ``tune`` load section, or None (the tuner's own settings reuse it)."""
+    if load is not None:
+        if not load:
+            return "load: give at least one concurrency level"
+        if any(level < 1 for level in load):
+            return "load: levels are concurrencies, 1 or more"
+        if any(b <= a for a, b in itertools.pairwise(load)):
+            return f"load: levels must be ascending without repeats, got {list(load)}"
+    if load is None and (load_mix is not None or tpot_slo_ms is not None):
+        return "load_mix and tpot_slo_ms apply to a load sweep: set load too"
+    if load_mix is not None:
+        strangers = sorted(set(load_mix) - set(load or ()))
+        if strangers:
+            return f"load_mix: level(s) {strangers} are not in load {list(load or ())}"
+        if any(weight < 0 for weight in load_mix.values()):
+            return "load_mix: weights must be 0 or more"
+        if not sum(load_mix.values()) > 0:
+            return "load_mix: the weights must sum to more than 0"
+    return None
 
 
 RUN_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
