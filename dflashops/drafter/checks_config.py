@@ -3,7 +3,10 @@ the window are in :mod:`dflashops.drafter.checks_attention`)."""
 
 from __future__ import annotations
 
+from dflashops.drafter.checks_dflash2 import check_dflash2_architecture
+from dflashops.drafter.checks_dspark import check_dspark_architecture
 from dflashops.drafter.context import CheckContext
+from dflashops.drafter.family_names import Family
 from dflashops.drafter.keys import MISSING, get_path, is_int, show
 
 DRAFTER_ARCH = "DFlashDraftModel"
@@ -19,7 +22,14 @@ OTHER_DFLASH_ARCHS = frozenset(
 BLOCK_KEYS = ("block_size", "dflash_config.block_size")
 
 
-def check_architecture(ctx: CheckContext) -> None:
+def check_architecture(ctx: CheckContext, family: Family = "dflash") -> None:
+    """The class engines build from ``architectures``, by the family's own classes."""
+    if family == "dflash2":
+        check_dflash2_architecture(ctx)
+        return
+    if family == "dspark":
+        check_dspark_architecture(ctx)
+        return
     arch = ctx.cfg.get("architectures", MISSING)
     expected = f'["{DRAFTER_ARCH}"]'
     why = (

@@ -120,19 +120,8 @@ def _check_spread(ctx: CheckContext, ids: list[int], n: int, n_from: str) -> Non
 def check_pairing(
     ctx: CheckContext, facts: TargetFacts, hidden: int | None, vocab: int | None
 ) -> None:
-    """Layer count, hidden size and vocabulary against a real target config."""
-    own_layers = ctx.config_int("num_target_layers", missing=None, why_missing="")
-    t_layers, t_hidden, t_vocab = facts.config_layers, facts.config_hidden, facts.config_vocab
-    if own_layers is not None and t_layers is not None and own_layers != t_layers:
-        ctx.add(
-            "error",
-            "num_target_layers",
-            f"{t_layers} (target config)",
-            str(own_layers),
-            f"The drafter was built for a target with {own_layers} layers; this target has "
-            f"{t_layers}. A drafter fed another model's hidden states drafts noise.",
-            check="target",
-        )
+    """Hidden size and vocabulary against a real target config."""
+    t_hidden, t_vocab = facts.config_hidden, facts.config_vocab
     own_hidden = get_path(ctx.cfg, "target_hidden_size")
     if t_hidden is not None and is_int(own_hidden) and own_hidden != t_hidden:
         ctx.add(
@@ -164,3 +153,56 @@ def check_pairing(
             "in both.",
             check="target",
         )
+
+
+def check_num_target_layers(ctx: CheckContext, facts: TargetFacts, ids: list[int] | None) -> None:
+    """``num_target_layers``: a range SGLang holds the ids to, and z-lab's old fallback.
+
+    vLLM never reads the key. z-lab's ``dflash/model.py`` used it only to guess the ids when
+    ``target_layer_ids`` is absent, and requires the ids since z-lab/dflash#157 (the survey in
+    #156: every published checkpoint sets them). SGLang's ``DFlashDraftModel`` (0.5.11-0.5.23,
+    DSpark included) passes it to ``resolve_target_layer_ids`` as the layer count every id must be
+    below, and spreads the guess over it when the ids are absent. So a value above every id but
+    off the target's count changes nothing an engine does; one at or below an id stops SGLang."""
+    own = ctx.config_int("num_target_layers", missing=None, why_missing="")
+    if own is None:
+        return
+    t_layers = facts.config_layers
+    if ids and own <= max(ids):
+        ctx.add(
+            "error",
+            "num_target_layers",
+            f"> {max(ids)} (every target_layer_ids entry must be below it)"
+            + (f"; the target has {t_layers}" if t_layers is not None else ""),
+            str(own),
+            "SGLang checks target_layer_ids against num_target_layers "
+            "(DFlashDraftConfig.resolve_target_layer_ids) and refuses to start "
+            "('DFLASH target_layer_ids contains an out-of-range layer id').",
+            check="target",
+        )
+        return
+    if t_layers is None or own == t_layers:
+        return
+    if not ids:
+        ctx.add(
+            "error",
+            "num_target_layers",
+            f"{t_layers} (target config)",
+            str(own),
+            "Without target_layer_ids, z-lab's code (before z-lab/dflash#157) and SGLang spread "
+            f"the drafter's taps over num_target_layers: over {own} layers instead of the "
+            f"target's {t_layers} the drafter reads layers it was not trained on.",
+            check="target",
+        )
+        return
+    ctx.add(
+        "warning",
+        "num_target_layers",
+        f"{t_layers} (target config)",
+        str(own),
+        "No DFlash loader uses it while target_layer_ids is set: vLLM never reads it, z-lab's "
+        "code requires the ids (z-lab/dflash#156, #157), and SGLang only checks that every id "
+        f"is below it, which holds. A count other than the target's {t_layers} may mean the "
+        "config was written for another target: check target_layer_ids against this one.",
+        check="target",
+    )

@@ -6,6 +6,8 @@ import re
 from collections.abc import Mapping
 
 from dflashops.drafter.context import CheckContext, TargetFacts
+from dflashops.drafter.families import weights_family
+from dflashops.drafter.family_names import Family
 from dflashops.drafter.keys import get_path, show
 from dflashops.drafter.safetensors import TensorInfo
 
@@ -31,6 +33,8 @@ def check_weights(
     hidden: int | None,
     ids: list[int] | None,
     facts: TargetFacts,
+    *,
+    family: Family = "dflash",
 ) -> None:
     weights = ctx.drafter.weights
     if weights is None:
@@ -45,10 +49,37 @@ def check_weights(
         )
         return
     tensors = weights.tensors
+    if family == "dflash":
+        _check_later_generation(ctx, tensors)
     if get_path(ctx.cfg, "dflash_config.use_aux_hidden_state") is not False:
         _check_fc(ctx, tensors, hidden, ids, facts)
     _check_layer_count(ctx, drafter_layer_indices(tensors), layers)
     _check_projections(ctx, tensors)
+
+
+def _check_later_generation(ctx: CheckContext, tensors: Mapping[str, TensorInfo]) -> None:
+    """Weights of a DFlash2 or DSpark drafter under a config that builds a DFlash one."""
+    family = weights_family(tensors)
+    if family is None:
+        return
+    module = (
+        "a candidate selector and dynamic convolutions (DFlash2)"
+        if family == "dflash2"
+        else "a Markov head (DSpark)"
+    )
+    ctx.add(
+        "error",
+        "architectures",
+        "DFlash2DraftModel with its dflash_config fields"
+        if family == "dflash2"
+        else "a DSpark class (Qwen3DSparkModel) with markov_rank",
+        f"{show(ctx.cfg.get('architectures'))}, weights holding {module}",
+        "The config says DFlash, so engines build the first-generation drafter: vLLM's "
+        "qwen3_dflash has no module for these tensors, so the trained modules are left out (or "
+        "the load fails on unexpected weights) and the drafter runs without them. Restore the "
+        f"config the checkpoint was published with ({family}).",
+        check="weights",
+    )
 
 
 def _check_layer_count(ctx: CheckContext, found: set[int], layers: int | None) -> None:

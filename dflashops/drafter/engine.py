@@ -1,7 +1,17 @@
-"""Which engine version does what with a DFlash drafter (``--engine vllm==X`` / ``sglang==X``).
+"""Which engine version does what with a DFlash, DFlash2 or DSpark drafter (``--engine vllm==X``
+/ ``sglang==X``).
 
-Facts read from the vLLM sdists and SGLang wheels of each version listed below. Versions
-compare on their numeric release part only (``0.26.0rc1`` counts as 0.26.0).
+Facts read from the vLLM sdists and wheels and the SGLang wheels of each version named below.
+Versions compare on their numeric release part only (``0.26.0rc1`` counts as 0.26.0).
+
+- DFlash: vLLM from 0.20.0, SGLang from 0.5.11 (the first releases with the method).
+- DFlash2: vLLM's model registry maps ``DFlash2DraftModel`` to ``qwen3_dflash2`` from 0.28.0
+  (absent in 0.27.1); SGLang's ``models/dflash.py`` lists ``DFlash2DraftModel`` in its
+  ``EntryClass`` from 0.5.19 (absent in 0.5.18). Both serve it with the ``dflash`` method.
+  llama.cpp loads it since ggml-org/llama.cpp#27342 (``dflash.selector_top_k`` > 0 in the GGUF).
+- DSpark: vLLM has the ``dspark`` method and ``Qwen3DSparkModel`` from 0.25.0 (absent in 0.24.0);
+  SGLang has the DSPARK algorithm and ``Qwen3DSparkModel`` from 0.5.16, ``DSparkDraftModel`` from
+  0.5.17 and reads a top-level ``mask_token_id`` from 0.5.18 (``parse_dflash_draft_config``).
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from dflashops.drafter.family_names import Family
 from dflashops.drafter.result import Finding
 from dflashops.errors import DrafterError
 
@@ -27,6 +38,21 @@ VLLM_MIXED_ON_V2: Version = (0, 26, 0)
 VLLM_MIXED_ANY_RUNNER: Version = (0, 34, 0)
 SGLANG_FIRST_DFLASH: Version = (0, 5, 11)
 MIXED_OK = f"vllm>=0.26.0 (with {V2_RUNNER_ENV}=1 before 0.34)"
+
+VLLM_FIRST_DFLASH2: Version = (0, 28, 0)
+SGLANG_FIRST_DFLASH2: Version = (0, 5, 19)
+DFLASH2_RUNS = "vllm>=0.28.0 or sglang>=0.5.19 (llama.cpp: since ggml-org/llama.cpp#27342)"
+
+VLLM_FIRST_DSPARK: Version = (0, 25, 0)
+VLLM_DSPARK_QWEN3_REWRITE: Version = (0, 34, 0)
+SGLANG_FIRST_DSPARK: Version = (0, 5, 16)
+SGLANG_DSPARK_DRAFT_CLASS: Version = (0, 5, 17)
+SGLANG_TOP_LEVEL_MASK: Version = (0, 5, 18)
+DSPARK_RUNS = "vllm>=0.25.0 or sglang>=0.5.16"
+# the standalone DSpark classes vLLM builds (registry.py); any other name under method "dspark"
+# is taken for DeepSeek-V4's own DSpark stages (config/speculative.py rewrites it)
+VLLM_DSPARK_CLASSES = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel"})
+DSPARK_DRAFT_CLASS = "DSparkDraftModel"
 
 
 @dataclass(frozen=True)
@@ -53,17 +79,32 @@ def parse_engine(text: str) -> EngineSpec:
 
 @dataclass(frozen=True)
 class DrafterShape:
-    """The facts about a drafter that engine versions treat differently."""
+    """The facts about a drafter that engine versions treat differently.
+
+    ``architectures`` and ``model_type`` are the file's own (DSpark's class depends on both in
+    vLLM); ``mask_top_level`` says the mask id sits only at the top level, where SGLang before
+    0.5.18 does not look."""
 
     has_sliding: bool = False
     has_full: bool = True
     sample_from_anchor: bool = False
+    architectures: tuple[str, ...] = ()
+    model_type: str | None = None
+    mask_top_level: bool = False
 
 
 def engine_findings(
-    engine: EngineSpec, shape: DrafterShape
+    engine: EngineSpec, shape: DrafterShape, family: Family = "dflash"
 ) -> tuple[list[Finding], dict[str, str]]:
-    """Findings for running this drafter on ``engine``, and the environment it requires."""
+    """Findings for running this drafter of ``family`` on ``engine``, and the environment it
+    requires. DFlash2 and DSpark drafters share DFlash's attention code, so its rules follow
+    theirs once the engine version can run the family at all."""
+    floor = _family_floor(engine, shape, family)
+    if floor is not None:
+        return [floor], {}
+    if family == "dspark":
+        found, env = _dspark(engine, shape)
+        return found, env
     if engine.name == "sglang":
         return _sglang(engine), {}
     return _vllm(engine, shape)
@@ -75,6 +116,43 @@ def _finding(
     return Finding(
         severity=severity, key=key, expected=expected, found=found, why=why, check="engine"
     )
+
+
+def _family_floor(engine: EngineSpec, shape: DrafterShape, family: Family) -> Finding | None:
+    """An engine version that cannot build the family's drafter at all, naming what can."""
+    v, found = engine.version, str(engine)
+    if family == "dflash2":
+        first = VLLM_FIRST_DFLASH2 if engine.name == "vllm" else SGLANG_FIRST_DFLASH2
+        if v >= first:
+            return None
+        where = (
+            "vLLM's model registry has no DFlash2DraftModel before 0.28.0"
+            if engine.name == "vllm"
+            else "SGLang's DFlash model classes have no DFlash2DraftModel before 0.5.19"
+        )
+        return _finding(
+            "error",
+            "engine",
+            DFLASH2_RUNS,
+            found,
+            f"{where}: the server refuses the architecture and does not start. A DFlash2 "
+            "drafter (its candidate selector and dynamic convolutions) runs on "
+            f"{DFLASH2_RUNS}.",
+        )
+    if family == "dspark":
+        first = VLLM_FIRST_DSPARK if engine.name == "vllm" else SGLANG_FIRST_DSPARK
+        if v >= first:
+            return None
+        what = 'no "dspark" speculative method' if engine.name == "vllm" else "no DSPARK algorithm"
+        return _finding(
+            "error",
+            "engine",
+            DSPARK_RUNS,
+            found,
+            f"{found} has {what}: the server refuses the speculative config. DSpark drafters "
+            f"run on {DSPARK_RUNS}.",
+        )
+    return None
 
 
 def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[str, str]]:
@@ -166,5 +244,67 @@ def _sglang(engine: EngineSpec) -> list[Finding]:
             "sglang>=0.5.11",
             str(engine),
             "SGLang before 0.5.11 has no DFLASH speculative algorithm: nothing is drafted.",
+        )
+    ]
+
+
+def _dspark(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[str, str]]:
+    """DSpark's class and mask placement per engine version, then DFlash's attention rules
+    (both engines build the DSpark backbone from their DFlash drafter code)."""
+    out = _dspark_class(engine, shape)
+    if engine.name == "sglang":
+        if shape.mask_top_level and engine.version < SGLANG_TOP_LEVEL_MASK:
+            out.append(
+                _finding(
+                    "error",
+                    "engine.mask_token_id",
+                    "sglang>=0.5.18, or the id in dflash_config.mask_token_id",
+                    str(engine),
+                    "SGLang before 0.5.18 reads the mask id from dflash_config only "
+                    "(parse_dflash_draft_config); a top-level mask_token_id is ignored and the "
+                    "mask is looked up as the tokenizer's <|MASK|>, which a target without one "
+                    "gets appended past its embeddings: the server refuses, or every masked slot "
+                    "embeds another token.",
+                )
+            )
+        return out, {}
+    found, env = _vllm(engine, shape)
+    return out + found, env
+
+
+def _dspark_class(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
+    archs = set(shape.architectures)
+    if engine.name == "sglang":
+        if DSPARK_DRAFT_CLASS in archs and engine.version < SGLANG_DSPARK_DRAFT_CLASS:
+            return [
+                _finding(
+                    "error",
+                    "engine.architectures",
+                    "sglang>=0.5.17, or architectures [Qwen3DSparkModel]",
+                    str(engine),
+                    "SGLang 0.5.16 builds only Qwen3DSparkModel for DSpark; DSparkDraftModel is "
+                    "an unknown architecture there and the server does not start.",
+                )
+            ]
+        return []
+    if archs & VLLM_DSPARK_CLASSES:
+        return []
+    rewritten = (
+        DSPARK_DRAFT_CLASS in archs
+        and shape.model_type == "qwen3"
+        and engine.version >= VLLM_DSPARK_QWEN3_REWRITE
+    )
+    if rewritten:
+        return []
+    return [
+        _finding(
+            "error",
+            "engine.architectures",
+            '["Qwen3DSparkModel"] (vLLM 0.34 also maps DSparkDraftModel with model_type "qwen3")',
+            f"{sorted(archs) or '(none)'} on {engine}",
+            "vLLM serves a standalone DSpark drafter only as Qwen3DSparkModel; under method "
+            '"dspark" any other class is taken for DeepSeek-V4\'s DSpark stages '
+            "(config/speculative.py rewrites model_type to deepseek_v4), so the checkpoint is "
+            "built as another model: it fails to load or drafts nothing useful.",
         )
     ]

@@ -16,12 +16,17 @@ that reads these keys):
 - Every masked draft slot is embedded as ``dflash_config.mask_token_id``.
 - The drafter predicts ``block_size - 1`` tokens per step.
 
+The same rules check DFlash2 and DSpark drafters (both keep the DFlash backbone), with each
+family's own class and modules on top (``family``): DFlash2's selector and convolutions
+(:mod:`dflashops.drafter.checks_dflash2`), DSpark's Markov head and flat layout, read the way
+its engines resolve it (:mod:`dflashops.drafter.checks_dspark`).
+
 Each rule lives in one ``checks_*`` module; this one fixes their order and what they share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -31,13 +36,20 @@ from dflashops.drafter.checks_config import (
     check_block_size,
     check_dflash_config,
 )
+from dflashops.drafter.checks_dflash2 import check_dflash2, dflash2_key, dflash2_view
+from dflashops.drafter.checks_dspark import check_dspark, dspark_key, dspark_view, mask_top_level
 from dflashops.drafter.checks_mask import check_mask_token
 from dflashops.drafter.checks_registry import check_registry
 from dflashops.drafter.checks_shape import check_heads, check_named_block_size, check_types
-from dflashops.drafter.checks_target import check_pairing, check_target_layer_ids
+from dflashops.drafter.checks_target import (
+    check_num_target_layers,
+    check_pairing,
+    check_target_layer_ids,
+)
 from dflashops.drafter.checks_weights import check_weights
 from dflashops.drafter.context import CheckContext, target_facts
-from dflashops.drafter.engine import EngineSpec, engine_findings
+from dflashops.drafter.engine import DrafterShape, EngineSpec, engine_findings
+from dflashops.drafter.family_names import Family
 from dflashops.drafter.files import DrafterFiles, TargetFiles
 from dflashops.drafter.formats import LAYER_CONFIG, SPECULATORS, ZLAB_ONLY, file_key
 from dflashops.drafter.keys import MISSING, show
@@ -51,13 +63,20 @@ def validate_drafter(
     ref: RegistryEntry | None = None,
     engine: EngineSpec | None = None,
     k: int | None = None,
+    *,
+    family: Family = "dflash",
 ) -> CheckResult:
-    """Check ``drafter`` alone, against its ``target``, a reference entry and an engine version.
+    """Check ``drafter`` alone, against its ``target``, a reference entry and an engine version,
+    by the rules of ``family`` (dflash, dflash2 or dspark).
 
     ``k`` is the ``num_speculative_tokens`` the server will run with. Never raises for bad
     values: every problem becomes a finding (one per key, most severe first)."""
+    original = drafter.config
+    view = VIEWS.get(family)
+    if view is not None:
+        drafter = replace(drafter, config=view(original))
     ctx = CheckContext(drafter=drafter, target=target, ref=ref, k=k)
-    check_architecture(ctx)
+    check_architecture(ctx, family)
     layers = ctx.config_int(
         "num_hidden_layers",
         missing="error",
@@ -83,19 +102,54 @@ def validate_drafter(
     facts = target_facts(ctx, hidden)
     ids = check_target_layer_ids(ctx, facts, dflash_ok, layers)
     check_pairing(ctx, facts, hidden, vocab)
+    check_num_target_layers(ctx, facts, ids)
     check_mask_token(ctx, dflash_ok, vocab, facts.vocab, facts.vocab_from)
     check_block_size(ctx)
     check_named_block_size(ctx)
-    check_weights(ctx, layers, hidden, ids, facts)
+    check_weights(ctx, layers, hidden, ids, facts, family=family)
+    if family == "dflash2":
+        check_dflash2(ctx, hidden, vocab)
+    elif family == "dspark":
+        check_dspark(ctx)
     if ref is not None:
         check_registry(ctx, ref, shape)
     env: dict[str, str] = {}
     if engine is not None:
-        found, env = engine_findings(engine, shape)
+        found, env = engine_findings(engine, _with_files(shape, original), family)
         ctx.findings.extend(found)
-    if drafter.format == SPECULATORS:
-        ctx.findings = speculators_findings(drafter.config, ctx.findings)
-    return CheckResult.of(merge_by_key(ctx.findings), env)
+    return CheckResult.of(merge_by_key(_named(ctx, original, family)), env)
+
+
+# the layout each family's rules read, built from the file (the DFlash one is the file itself)
+VIEWS: Mapping[Family, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "dflash2": dflash2_view,
+    "dspark": dspark_view,
+}
+
+
+def _with_files(shape: DrafterShape, config: Mapping[str, Any]) -> DrafterShape:
+    """The engine-facing facts only the file itself tells (its class, its mask's place)."""
+    archs = config.get("architectures")
+    model_type = config.get("model_type")
+    return replace(
+        shape,
+        architectures=tuple(a for a in archs if isinstance(a, str))
+        if isinstance(archs, list)
+        else (),
+        model_type=model_type if isinstance(model_type, str) else None,
+        mask_top_level=mask_top_level(config),
+    )
+
+
+def _named(ctx: CheckContext, config: Mapping[str, Any], family: Family) -> list[Finding]:
+    """Each finding under the key the file holds it by."""
+    if family == "dspark":
+        return [replace(f, key=dspark_key(f.key, config)) for f in ctx.findings]
+    if family == "dflash2" and config.get("speculators_model_type") == "dflash2":
+        return [replace(f, key=dflash2_key(f.key, config)) for f in ctx.findings]
+    if ctx.drafter.format == SPECULATORS:
+        return speculators_findings(ctx.drafter.config, ctx.findings)
+    return ctx.findings
 
 
 def speculators_findings(config: Mapping[str, Any], findings: list[Finding]) -> list[Finding]:
