@@ -179,8 +179,8 @@ def suffix_findings(
                 key,
                 f"{kind} {span}",
                 show(value),
-                f"vLLM's _validate_suffix_decoding raises a ValueError for {key} outside "
-                f"{span} (config/speculative.py, 0.11.1-0.33; v1/worker/gpu/spec_decode/suffix/"
+                f"vLLM raises a ValueError unless {key} is {span} (_validate_suffix_decoding "
+                "in config/speculative.py, 0.11.1-0.33; v1/worker/gpu/spec_decode/suffix/"
                 "config.py in 0.34): the server does not start.",
             )
         )
