@@ -12,12 +12,20 @@ metrics:``, ``Speculative metrics:``, ``Decode batch``, …) wherever it starts,
 stands before it is searched for the parts of a header that it may hold: the engine's timestamp
 (preferred), an outer timestamp, a process tag and pid, SGLang's rank tags (``TP0``, ``DP6 TP6
 EP6``).
+
+A message may also reach the reader cut over several lines: wrapped by the reporter of a public
+issue (``SpecDecoding metrics: Mean acceptance length: 2.77,`` then ``Accepted: 626 tokens, …``)
+or by a terminal mid-word. The lines after a stats line that start no record of their own (no
+level, timestamp, process tag or message) are joined to it, as far as that lets more of the
+format be read (``logical_lines``).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -110,6 +118,199 @@ def locate(line: str) -> Located | None:
         process=process,
         rank_tags=rank_tags,
     )
+
+
+#: a stats line is joined with at most this many continuation lines, into at most this many
+#: characters: the longest format (64 per-position rates) is under 1,000, however narrow the
+#: terminal that cut it, and a hostile file must not make one line of megabytes
+MAX_CONTINUATIONS = 16
+MAX_JOINED_CHARS = 8192
+# what every record holds somewhere and no stats message does: a level, a time of day, a pid
+_OWN_RECORD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b|\d:\d\d:\d\d|pid=")
+# a line that ends in the first words of a message cut short ("… [loggers.py:123] Avg prompt t")
+_CUT_STARTS = frozenset(
+    phrase[:end].rstrip()
+    for phrase in (
+        "Engine 0: Avg prompt throughput:",
+        "0 Engines Aggregated: Avg prompt throughput:",
+        "Avg prompt throughput:",
+        "SpecDecoding metrics:",
+        "Speculative metrics:",
+        "Prefix cache hit rate: GPU:",
+        "Decode batch, #running-req:",
+        "Decode batch. #running-req:",
+        "Mean acceptance length:",
+    )
+    for end in range(1, len(phrase))
+)
+
+_DIGITS = re.compile(r"\d+")
+
+#: how much of its format a located message holds; a join must raise it
+FormatRead = Callable[[Located], int]
+Numbered = tuple[int, str]
+
+
+# what a format prints right before a message that a cut can leave at a line's start: a line
+# "etrics: Mean acceptance length: …" continues "… SpecDecoding m", it is no prefix-less record
+_LEADS = {
+    "vllm_spec_bare": re.compile(r"SpecDecoding metrics:\s*$"),
+    "vllm_stats": re.compile(r"(?:Engine \d{1,6}|\d{1,6} Engines Aggregated):\s*$"),
+}
+
+
+# the end of a header (vLLM's "[file.py:12]", SGLang's "[2025-01-02 10:00:00 TP0]", Python
+# logging's "INFO -" or "INFO:name:") with no message after it: the next line may hold it
+_HEADER_END = re.compile(
+    r"(?:\[[^\]\s]{1,200}:\d{1,6}\]|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]{0,40}\]"
+    r"|\b(?:DEBUG|INFO|WARNING)(?: -|:[\w.]{1,100}:))\s*$"
+)
+
+
+def continues(previous: str, line: str) -> bool:
+    """Whether a cleaned line may continue the one before it: it is not blank (a paragraph's
+    end) and starts no record of its own (no level, time of day, pid or message of its own)."""
+    if not line.strip() or _OWN_RECORD.search(line):
+        return False
+    found = MESSAGE_START.search(line)
+    if found is None or found.lastgroup is None:
+        return True
+    before = line[: found.start()]
+    if not before.strip() and _HEADER_END.search(previous[-256:]):
+        return True
+    lead = _LEADS.get(found.lastgroup)
+    # bounded: a lead is short, and the previous line may be long
+    return lead is not None and lead.search(_glue(previous[-64:], before)) is not None
+
+
+def logical_lines(
+    lines: Iterable[str], format_read: FormatRead
+) -> Iterator[tuple[int, str, Located | None]]:
+    """Each line cleaned, with grep's line number and its stats message if it holds one. A stats
+    line cut over several lines comes back joined and numbered by its first line; its
+    continuations are not given on their own."""
+    numbered = ((number, clean(raw)) for number, raw in enumerate(lines, start=1))
+    ahead: deque[Numbered] = deque()  # lines read ahead, each given its own turn later
+    while True:
+        if ahead:
+            number, line = ahead.popleft()
+        elif (taken := next(numbered, None)) is not None:
+            number, line = taken
+        else:
+            return
+        located = _locate_cheaply(line)
+        if located is not None or _message_cut_at_end(line, numbered, ahead):
+            run = _continuation_run(line, numbered, ahead)
+            joined, used = _joined(line, located, run, format_read)
+            if used:
+                for _ in range(used):
+                    ahead.popleft()
+                line, located = joined, locate(joined)
+        yield number, line, located
+
+
+def _locate_cheaply(line: str) -> Located | None:
+    # most lines of a server log are not stats: a substring test spares them the regex
+    return locate(line) if any(marker in line for marker in CHEAP_MARKERS) else None
+
+
+def _message_cut_at_end(line: str, numbered: Iterator[Numbered], ahead: deque[Numbered]) -> bool:
+    """Whether a line with no message ends where one was cut (in its first words, or right after
+    its header) and the next line completes its first words. Checked in that order: most lines
+    are followed by a record, and the cheap test spares the rest."""
+    if not ahead and (taken := next(numbered, None)) is not None:
+        ahead.append(taken)
+    if not ahead or not continues(line, ahead[0][1]) or not _ends_in_a_cut_start(line):
+        return False
+    return _locate_cheaply(_glue(line, ahead[0][1])) is not None
+
+
+def _ends_in_a_cut_start(line: str) -> bool:
+    if _HEADER_END.search(line[-256:]):
+        return True
+    words = _DIGITS.sub("0", line[-64:]).split()  # engine numbers as in _CUT_STARTS
+    return any(
+        " ".join(words[-count:]) in _CUT_STARTS for count in range(1, min(len(words), 5) + 1)
+    )
+
+
+def _continuation_run(line: str, numbered: Iterator[Numbered], ahead: deque[Numbered]) -> list[str]:
+    """The lines after ``line`` that may continue it, read into ``ahead`` up to the one that
+    stops the run (kept for its own turn) or the bound."""
+    run: list[str] = []
+    previous = line
+    for index in range(MAX_CONTINUATIONS):
+        if index == len(ahead):
+            taken = next(numbered, None)
+            if taken is None:
+                break
+            ahead.append(taken)
+        part = ahead[index][1]
+        if not continues(previous, part):
+            break
+        run.append(part)
+        previous = part
+    return run
+
+
+def _joined(
+    line: str, located: Located | None, run: list[str], format_read: FormatRead
+) -> tuple[str, int]:
+    """The line joined with the continuations that let the most of its format be read, and how
+    many it took (the fewest, on a tie): a complete line followed by other text takes none."""
+    best, best_read, used = line, -1 if located is None else format_read(located), 0
+    joined = line
+    for count, part in enumerate(run, start=1):
+        if len(joined) + len(part) > MAX_JOINED_CHARS:
+            break
+        joined = _glue(joined, part)
+        found = _locate_cheaply(joined)
+        if found is not None and (read := format_read(found)) > best_read:
+            best, best_read, used = joined, read, count
+    return best, used
+
+
+def _glue(head: str, tail: str) -> str:
+    """Two pieces of one message, with the space the cut took if it took one: a terminal cuts
+    anywhere and keeps every character (a space may end one line or start the next), a
+    reporter's wrap breaks at a space and drops it."""
+    if not head.strip() or not tail.strip():
+        return head.strip() or tail.strip()
+    if head != head.rstrip() or tail != tail.lstrip():
+        return f"{head.rstrip()} {tail.strip()}"
+    return head + tail if _cut_in_a_word(head, tail) else f"{head} {tail}"
+
+
+# the words of the labels parse-log reads: a cut between two letters that rejoins one of them was
+# a terminal's cut inside it; any other, a wrap at the space between two words
+_LABELS = """Avg prompt generation throughput tokens/s Running Waiting Swapped Pending Deferred reqs
+    Preemptions Corrupted KV fetch waiting to start in progress completed cache usage Prefix
+    prefix External MM hit rate GPU CPU Engine Engines Aggregated SpecDecoding Speculative
+    metrics Mean Current speculative depth acceptance length Accepted Drafted Draft
+    Per-position System efficiency Number of tokens accepted draft emitted Decode batch
+    #running-req #token token accept len block cuda graph gen (token/s) #queue-req"""
+_LABEL_WORDS = frozenset(re.findall(r"\S+", _LABELS))
+_WORD_END = re.compile(r"[\w#(/-]+$")
+_WORD_START = re.compile(r"^[\w/)-]+")
+
+
+def _cut_in_a_word(head: str, tail: str) -> bool:
+    """Whether a cut that left no space fell inside a word or number: the formats put a space
+    after every comma and colon and before every "(" and "#", none inside a number, before a
+    unit sign or punctuation, or after a hyphen, slash or "#"; a number and a word are always
+    apart."""
+    last, first = head[-1], tail[0]
+    if last in ",:" or first in "(#[":
+        return False
+    if first in "%,.:;)]/-" or last in "(/-#":
+        return True
+    if last.isdigit() or last == ".":
+        return first.isdigit()
+    if not (last.isalpha() and first.isalpha()):
+        return False
+    # bounded: labels are short, and a hostile word must not cost quadratic time
+    end, start = _WORD_END.search(head[-32:]), _WORD_START.search(tail[:32])
+    return end is not None and start is not None and f"{end[0]}{start[0]}" in _LABEL_WORDS
 
 
 def _timestamp_and_ranks(prefix: str) -> tuple[str | None, str | None]:

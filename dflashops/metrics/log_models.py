@@ -17,6 +17,7 @@ RateFormula = Literal[
     "v0-accepted/drafted",
     "sglang-with-bonus",
     "sglang-drafts-only",
+    "sglang-either",
     "unknown",
 ]
 RATE_FORMULAS: dict[str, str] = {
@@ -31,6 +32,10 @@ RATE_FORMULAS: dict[str, str] = {
     ),
     "sglang-drafts-only": (
         "(accept len - 1) / (draft tokens per step - 1): drafts only (SGLang from PR #23530)"
+    ),
+    "sglang-either": (
+        "either SGLang formula: the windows fit both with the same draft tokens per step n, "
+        "where they agree (accept rate 1.00 at accept len n: every draft accepted)"
     ),
     "unknown": "not known: neither the log nor its numbers tell which formula printed it",
 }
@@ -136,6 +141,7 @@ class SpecDecodeWindow(LogWindow):
             self.mean_acceptance_length,
             drafted=self.drafted_tokens,
             per_position=self.per_position_acceptance,
+            k=self.num_spec_tokens,
         )
 
 
@@ -201,6 +207,7 @@ def estimate_num_drafts(
     *,
     drafted: int | None = None,
     per_position: list[float] | None = None,
+    k: int | None = None,
 ) -> tuple[int, bool] | None:
     """Drafts in a vLLM V1 window, and whether that integer is certain.
 
@@ -210,17 +217,19 @@ def estimate_num_drafts(
     drafts ≤ drafted narrow it further. One integer left: exact. Several: drafted / k when that
     is a whole number inside the interval (what a fixed-k drafter does), else the rounded
     quotient, clamped into the interval; flagged inexact. Nothing accepted: drafted / k rounded
-    up, where k is the number of printed positions (inexact: a draft may hold fewer than k).
+    up (inexact: a draft may hold fewer than k). k is the depth the line prints, if any, else
+    the number of printed positions.
     """
+    k = k or (len(per_position) if per_position else None)
     if accepted is None or mean_acceptance_length is None or math.isnan(mean_acceptance_length):
         return None
     if accepted == 0:
         if drafted == 0:
             return 0, True
-        if drafted and per_position:
-            # nothing accepted: MAL is 1.00 whatever the drafts; a draft holds at most k tokens
-            # (k = the printed positions), exactly k for fixed-k drafters such as DFlash
-            return math.ceil(drafted / len(per_position)), False
+        if drafted and k:
+            # nothing accepted: MAL is 1.00 whatever the drafts; a draft holds at most k tokens,
+            # exactly k for fixed-k drafters such as DFlash
+            return math.ceil(drafted / k), False
         return None
     low, high = 1.0, math.inf
     # accepted / drafts within [MAL - 1 - 0.005, MAL - 1 + 0.005]
@@ -237,9 +246,9 @@ def estimate_num_drafts(
         high = min(high, float(drafted))
     lo, hi = math.ceil(low - 1e-9), math.floor(high + 1e-9) if math.isfinite(high) else None
     guess = round(accepted / (mean_acceptance_length - 1.0)) if mean_acceptance_length > 1 else lo
-    if drafted and per_position and drafted % len(per_position) == 0:
+    if drafted and k and drafted % k == 0:
         # fixed-k drafters (EAGLE, MTP, DFlash) draft exactly k per step: prefer that count
-        whole = drafted // len(per_position)
+        whole = drafted // k
         if lo <= whole and (hi is None or whole <= hi):
             guess = whole
     if hi is None or lo > hi:

@@ -15,8 +15,10 @@ acceptance length. ``accept rate`` (added in 2025) changed meaning:
 A line does not say which. The log may: SGLang prints its ``server_args`` at start, with
 ``speculative_num_draft_tokens`` and ``speculative_num_steps``. Otherwise the numbers may: across
 the windows of one server, n is fixed, so only one formula fits every (accept len, accept rate)
-pair for one integer n within the two printed decimals. When both fit, the formula is reported
-unknown and only the printed rate is given.
+pair for one integer n within the two printed decimals. When both fit with different n, the
+formula is reported unknown and only the printed rate is given. When both fit with the same n
+they agree: ``accept rate`` 1.00 at ``accept len`` n (every draft accepted) is 1.00 under either,
+so n, k = n − 1 and the rate in the consistent definition are known all the same.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ def rate_formula(
     with_bonus = [n for n in candidates if _fits(pairs, n, bonus=True)]
     drafts_only = [n for n in candidates if _fits(pairs, n, bonus=False)]
     if with_bonus and drafts_only:
+        agreed = set(with_bonus) | set(drafts_only)
+        if len(agreed) == 1:
+            return "sglang-either", agreed.pop()
         return "unknown", None  # the numbers fit both: only the printed rate is certain
     if with_bonus:
         return "sglang-with-bonus", with_bonus[0] if len(with_bonus) == 1 else None
@@ -123,6 +128,8 @@ def consistent_rate_pct(
     """The window's rate as accepted drafts / drafts (``CONSISTENT_RATE``), in percent."""
     if formula == "sglang-drafts-only":
         return window.acceptance_rate_pct  # already that definition
-    if formula == "sglang-with-bonus" and n and window.mean_acceptance_length is not None:
-        return 100.0 * (window.mean_acceptance_length - 1.0) / (n - 1)
+    length = window.mean_acceptance_length
+    if formula in ("sglang-with-bonus", "sglang-either") and n and length is not None:
+        # with n known, (accept len - 1) / (n - 1) is that rate whichever formula printed it
+        return 100.0 * (length - 1.0) / (n - 1)
     return None

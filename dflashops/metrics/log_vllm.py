@@ -12,6 +12,10 @@ Formats (from vLLM's sources and from real logs, see tests/fixtures/logs/public/
   ``Mean acceptance length`` and ``Per-position acceptance rate``; 0.10.2+ ``Mean acceptance
   length, Accepted throughput, Drafted throughput, Accepted, Drafted, Per-position acceptance
   rate, Avg Draft acceptance rate`` (a 0.10.2 dev build printed the rate first and no ``Avg``).
+  Builds with an adaptive depth (local-inference-lab/vllm's acceptance-length controller, not
+  upstream vLLM) add ``Current speculative depth: N`` after the mean acceptance length: the k
+  the scheduler drafted with (its latest step's), while the per-position list keeps the
+  configured maximum.
 - V0 (0.5–0.7): ``Avg prompt throughput …, Running, Swapped, Pending, GPU KV cache usage, CPU KV
   cache usage.``, ``Prefix cache hit rate: GPU: …%, CPU: …%`` and ``Speculative metrics: Draft
   acceptance rate: <fraction>, System efficiency, Number of speculative tokens, Number of accepted
@@ -91,6 +95,7 @@ def spec_window(base: dict[str, object], message: str) -> SpecDecodeWindow | Non
     if rate is None:
         rate = read_float(message, r"(?<!Avg )Draft acceptance rate: " + NUM + "%")
     positions, cut = _positions(message, accepted, mal)
+    depth = read_int(message, r"Current speculative depth: (\d+)(?=,|\s*$)")
     # 0.10.2+ ends with the average rate (a dev build printed it first): none at all means cut
     no_rate = "Accepted throughput:" in message and "Draft acceptance rate:" not in message
     truncated = cut or drafted is None or no_rate
@@ -110,7 +115,7 @@ def spec_window(base: dict[str, object], message: str) -> SpecDecodeWindow | Non
             ),
             "drafted_throughput": read_float(message, r"Drafted throughput: " + NUM + " tokens/s"),
             "per_position_acceptance": positions,
-            "num_spec_tokens": len(positions) or None,
+            "num_spec_tokens": depth or len(positions) or None,
             "truncated": truncated,
         }
     )

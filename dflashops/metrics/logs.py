@@ -1,10 +1,11 @@
 """Throughput and spec-decode windows from a saved vLLM or SGLang server log.
 
-A line is read wherever its message starts (``log_lines``: headers of any shape, or none), then
-by the engine's format (``log_vllm`` for vLLM V0 and V1, ``log_sglang`` for SGLang). Every number
-is read by its own label, so parts that a version adds, drops or reorders do not break the
-others, and a number is read only with what the format prints after it, so a line cut mid-way
-yields what it holds and is flagged ``truncated``.
+A line is read wherever its message starts (``log_lines``: headers of any shape, or none, and a
+message wrapped over several lines joined back), then by the engine's format (``log_vllm`` for
+vLLM V0 and V1, ``log_sglang`` for SGLang). Every number is read by its own label, so parts that
+a version adds, drops or reorders do not break the others, and a number is read only with what
+the format prints after it, so a line cut mid-way yields what it holds and is flagged
+``truncated``.
 
 What the windows mean, per engine and version, and the one definition of the draft acceptance
 rate used across them: ``log_models.RATE_FORMULAS`` and ``CONSISTENT_RATE``.
@@ -21,17 +22,16 @@ from typing import BinaryIO
 from dflashops.errors import ParseError
 from dflashops.metrics import log_sglang, log_vllm
 from dflashops.metrics.log_lines import (
-    CHEAP_MARKERS,
     MAX_NUMBER_DIGITS,
     Located,
-    clean,
-    locate,
+    logical_lines,
     unreadable_number,
 )
 from dflashops.metrics.log_models import (
     CONSISTENT_RATE,
     RATE_FORMULAS,
     LogSummary,
+    LogWindow,
     SpecDecodeTotals,
     SpecDecodeWindow,
     ThroughputWindow,
@@ -113,15 +113,11 @@ def parse_log(lines: Iterable[str] | str) -> LogSummary:
     version: str | None = None
     sglang_args: tuple[int | None, int | None] | None = None
     skipped: list[int] = []
-    for number, raw in enumerate(lines, start=1):
-        line = clean(raw)
+    for number, line, located in logical_lines(lines, _format_read):
         if version is None and (found := _VERSION.search(line)):
             version = found.group("v")
         if sglang_args is None and "server_args=" in line:
             sglang_args = log_sglang.server_args_draft_tokens(line)
-        if not any(marker in line for marker in CHEAP_MARKERS):
-            continue  # cheap filter: most lines of a server log are not windows
-        located = locate(line)
         if located is None:
             continue
         if unreadable_number(located.message):
@@ -147,6 +143,34 @@ def parse_log(lines: Iterable[str] | str) -> LogSummary:
         spec_decode_totals=totals,
         notes=notes,
         skipped_lines=skipped,
+    )
+
+
+def _format_read(located: Located) -> int:
+    """How much of its format a message holds: each field read (each listed rate counting), and
+    one more if it reaches its format's end. A wrapped line is joined only as far as this grows."""
+    message = located.message
+    if unreadable_number(message):
+        return -1
+    if located.kind == "vllm_prefix_v0":
+        return sum(value is not None for value in log_vllm.prefix_cache_v0(message))
+    windows: list[LogWindow | None]
+    base: dict[str, object] = {"line": 0}
+    if located.kind == "sglang_decode":
+        windows = list(log_sglang.decode_windows(base, message))
+    elif located.kind == "vllm_stats":
+        windows = [log_vllm.stats_window(base, message)]
+    elif located.kind == "vllm_spec_v0":
+        windows = [log_vllm.spec_window_v0(base, message)]
+    else:
+        windows = [log_vllm.spec_window(base, message)]
+    return sum(_fields_read(window) for window in windows if window is not None)
+
+
+def _fields_read(window: LogWindow) -> int:
+    read = window.model_dump(exclude={"line", "truncated"}, exclude_none=True)
+    return sum(len(value) if isinstance(value, list) else 1 for value in read.values()) + (
+        not window.truncated
     )
 
 
@@ -231,6 +255,12 @@ def _sglang_rates(
         notes.append(
             "SGLang 'accept rate' is printed as is: its formula changed (PR #23530) and "
             f"{basis} fit both or neither, so no rate in the consistent definition is given"
+        )
+    elif formula == "sglang-either":
+        notes.append(
+            f"SGLang 'accept rate' fits both its formulas (PR #23530) with one n: {n} draft "
+            f"tokens per step (from {basis}), k = {n - 1 if n else '?'}, where they agree "
+            f"(accept rate 1.00 at accept len n); also given as {CONSISTENT_RATE}"
         )
     else:
         draft_tokens = f", {n} draft tokens per step" if n else ", draft tokens per step unknown"
