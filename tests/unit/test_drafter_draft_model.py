@@ -142,8 +142,8 @@ def test_a_target_longer_than_the_draft_is_an_error(tmp_path: Path) -> None:
 
 
 def test_linear_rope_scaling_stretches_the_draft() -> None:
-    config = {"vocab_size": 151936, "max_position_embeddings": 10240}
-    config["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
+    scaling = {"rope_type": "linear", "factor": 4.0}
+    config = {"vocab_size": 151936, "max_position_embeddings": 10240, "rope_scaling": scaling}
     result = check(DrafterFiles("d", config), FIXTURES / "qwen3-32b-target")
     assert "max_position_embeddings" not in result.keys("error")
 
