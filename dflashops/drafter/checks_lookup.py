@@ -25,6 +25,10 @@ NGRAM_DEFAULT = 5
 # (python/sglang/srt/speculative/spec_info.py: absent in 0.5.2)
 NGRAM_VLLM = Window((0, 8, 5))
 NGRAM_SGLANG = Window((0, 5, 3), (0, 5, 2))
+# SGLang 0.5.3-0.5.9 take the bounds as --speculative-ngram-{min,max}-match-window-size (what
+# dflashops' launch renders); 0.5.10 replaced the window by a trie (--speculative-ngram-max-trie-
+# depth) and its argument parser no longer knows those flags
+SGLANG_DROPS_WINDOW: Version = (0, 5, 10)
 # "suffix" joins vLLM's SpeculativeMethod in 0.11.1 (absent from 0.11.0's config/speculative.py)
 SUFFIX_VLLM = Window((0, 11, 1), (0, 11, 0))
 # 0.11.1-0.33.0 import Snowflake's arctic_inference (SuffixDecodingProposer); 0.34.0 drafts with
@@ -101,6 +105,11 @@ def ngram_findings(
     if has_drafter:
         out.append(_no_checkpoint("ngram"))
     out += _foreign_keys(params, NGRAM_KEYS, "ngram")
+    sglang = engine is not None and engine.name == "sglang"
+    if sglang and engine is not None and engine.version >= SGLANG_DROPS_WINDOW:
+        return out + [
+            _dropped_window(key, params[key], engine) for key in NGRAM_KEYS if key in params
+        ]
     low, high = (params.get(k, MISSING) for k in NGRAM_KEYS)
     bad = [key for key, v in zip(NGRAM_KEYS, (low, high), strict=True) if not _whole(v)]
     for key in bad:
@@ -143,15 +152,31 @@ def ngram_findings(
     elif low > high:
         out.append(
             _finding(
-                "error",
+                "warning" if sglang else "error",
                 "prompt_lookup_min",
                 f"<= prompt_lookup_max ({high})",
                 str(low),
-                f"vLLM raises 'prompt_lookup_min={low} must be <= prompt_lookup_max={high}' "
+                "SGLang's server_args.py does not compare the two window bounds (0.5.3-0.5.9): "
+                "its matcher gets an empty window range and matches nothing."
+                if sglang
+                else f"vLLM raises 'prompt_lookup_min={low} must be <= prompt_lookup_max={high}' "
                 "(config/speculative.py, every release read): the server does not start.",
             )
         )
     return out
+
+
+def _dropped_window(key: str, value: Any, engine: EngineSpec) -> Finding:
+    flag = "--speculative-ngram-" + key.removeprefix("prompt_lookup_") + "-match-window-size"
+    return _finding(
+        "error",
+        key,
+        "(unset) on sglang>=0.5.10",
+        show(value),
+        f"{engine} has no {flag} (0.5.10 replaced the match window by a trie, "
+        "--speculative-ngram-max-trie-depth, in server_args.py): the argument parser refuses "
+        "the flag and the server does not start. Leave the bound unset for SGLang.",
+    )
 
 
 def suffix_findings(

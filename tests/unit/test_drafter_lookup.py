@@ -172,3 +172,18 @@ def test_without_an_engine_only_the_parameters_are_checked() -> None:
     assert check("ngram", {"prompt_lookup_min": 3, "prompt_lookup_max": 2}, engine=None).keys(
         "error"
     ) == {"prompt_lookup_min"}
+
+
+def test_sglang_window_bounds_exist_until_059() -> None:
+    params = {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    assert check("ngram", params, engine=parse_engine("sglang==0.5.9")).findings == ()
+    dropped = check("ngram", params, engine=parse_engine("sglang==0.5.10"))
+    assert dropped.keys("error") == {"prompt_lookup_min", "prompt_lookup_max"}
+    f = only(dropped, "prompt_lookup_max")
+    assert "--speculative-ngram-max-match-window-size" in f.why and "does not start" in f.why
+    assert check("ngram", engine=parse_engine("sglang==0.5.23")).keys("error") == set()
+    inverted = {"prompt_lookup_min": 4, "prompt_lookup_max": 2}
+    empty = only(
+        check("ngram", inverted, engine=parse_engine("sglang==0.5.9")), "prompt_lookup_min"
+    )
+    assert empty.severity == "warning"
