@@ -139,9 +139,10 @@ _CUT_STARTS = frozenset(
         "Prefix cache hit rate: GPU:",
         "Decode batch, #running-req:",
         "Decode batch. #running-req:",
+        "Decode batch [0], #running-req:",
         "Mean acceptance length:",
     )
-    for end in range(1, len(phrase))
+    for end in range(1, len(phrase) + 1)
 )
 
 _DIGITS = re.compile(r"\d+")
@@ -154,7 +155,9 @@ Numbered = tuple[int, str]
 # what a format prints right before a message that a cut can leave at a line's start: a line
 # "etrics: Mean acceptance length: …" continues "… SpecDecoding m", it is no prefix-less record
 _LEADS = {
-    "vllm_spec_bare": re.compile(r"SpecDecoding metrics:\s*$"),
+    "vllm_spec_bare": re.compile(
+        r"SpecDecoding metrics:\s*(?:Draft acceptance rate: [\d.]{1,20}%,\s*)?$"
+    ),
     "vllm_stats": re.compile(r"(?:Engine \d{1,6}|\d{1,6} Engines Aggregated):\s*$"),
 }
 
@@ -162,7 +165,7 @@ _LEADS = {
 # the end of a header (vLLM's "[file.py:12]", SGLang's "[2025-01-02 10:00:00 TP0]", Python
 # logging's "INFO -" or "INFO:name:") with no message after it: the next line may hold it
 _HEADER_END = re.compile(
-    r"(?:\[[^\]\s]{1,200}:\d{1,6}\]|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]{0,40}\]"
+    r"(?:\[?[^\]\s]{1,200}:\d{1,6}\]|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]{0,40}\]"
     r"|\b(?:DEBUG|INFO|WARNING)(?: -|:[\w.]{1,100}:))\s*$"
 )
 
@@ -238,7 +241,7 @@ def _continuation_run(line: str, numbered: Iterator[Numbered], ahead: deque[Numb
     """The lines after ``line`` that may continue it, read into ``ahead`` up to the one that
     stops the run (kept for its own turn) or the bound."""
     run: list[str] = []
-    previous = line
+    so_far = line[-128:]  # enough of the joined text to hold the lead of a message cut short
     for index in range(MAX_CONTINUATIONS):
         if index == len(ahead):
             taken = next(numbered, None)
@@ -246,10 +249,10 @@ def _continuation_run(line: str, numbered: Iterator[Numbered], ahead: deque[Numb
                 break
             ahead.append(taken)
         part = ahead[index][1]
-        if not continues(previous, part):
+        if not continues(so_far, part):
             break
         run.append(part)
-        previous = part
+        so_far = _glue(so_far, part)[-128:]
     return run
 
 
@@ -263,9 +266,13 @@ def _joined(
     for count, part in enumerate(run, start=1):
         if len(joined) + len(part) > MAX_JOINED_CHARS:
             break
+        # a number cut at a line's end reads as a smaller one ("#queue-req: 6" of 65): digits
+        # that go on at the next line's start are its rest, even though no more fields are read
+        rest_of_a_number = joined[-1:].isdigit() and part[:1].isdigit()
         joined = _glue(joined, part)
         found = _locate_cheaply(joined)
-        if found is not None and (read := format_read(found)) > best_read:
+        read = -1 if found is None else format_read(found)
+        if read > best_read or (read == best_read >= 0 and rest_of_a_number):
             best, best_read, used = joined, read, count
     return best, used
 
