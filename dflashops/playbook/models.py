@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dflashops.playbook.placement import Placement, placement_engine_problem
+from dflashops.playbook.tune_load import load_problem
 from dflashops.secrets import INLINE_REFUSED
 
 Method = Literal[
@@ -210,10 +210,7 @@ class Tune(Strict):
         "level left out weighs 0); absent: every level alike",
     )
     tpot_slo_ms: float | None = Field(
-        None,
-        gt=0,
-        description="objective: the most tok/s whose median TPOT stays under this; absent: "
-        "the most aggregate tok/s",
+        None, gt=0, description="objective: the most tok/s with median TPOT under this (ms)"
     )
 
     @model_validator(mode="after")
@@ -224,32 +221,6 @@ class Tune(Strict):
         if problem:
             raise ValueError(problem)
         return self
-
-
-def load_problem(
-    load: Sequence[int] | None,
-    load_mix: Mapping[int, float] | None,
-    tpot_slo_ms: float | None,
-) -> str | None:
-    """What is wrong with a ``tune`` load section, or None (the tuner's own settings reuse it)."""
-    if load is not None:
-        if not load:
-            return "load: give at least one concurrency level"
-        if any(level < 1 for level in load):
-            return "load: levels are concurrencies, 1 or more"
-        if any(b <= a for a, b in itertools.pairwise(load)):
-            return f"load: levels must be ascending without repeats, got {list(load)}"
-    if load is None and (load_mix is not None or tpot_slo_ms is not None):
-        return "load_mix and tpot_slo_ms apply to a load sweep: set load too"
-    if load_mix is not None:
-        strangers = sorted(set(load_mix) - set(load or ()))
-        if strangers:
-            return f"load_mix: level(s) {strangers} are not in load {list(load or ())}"
-        if any(weight < 0 for weight in load_mix.values()):
-            return "load_mix: weights must be 0 or more"
-        if not sum(load_mix.values()) > 0:
-            return "load_mix: the weights must sum to more than 0"
-    return None
 
 
 RUN_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"

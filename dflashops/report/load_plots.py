@@ -91,13 +91,23 @@ def write_load_plot(data: LoadPlotData, path: Path, *, title: str = "") -> Path:
     fig, (left, right) = plt.subplots(
         1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.6, 1]}
     )
-    for k, points in sorted(data.predicted.items()):
+    for k in sorted({*data.predicted, *data.measured}):
         name = "k=0 (off)" if k == 0 else f"k={k}"
-        (line,) = left.plot(
-            [x for x, _ in points], [y for _, y in points], linestyle="--", alpha=0.8, label=name
-        )
+        line = data.predicted.get(k, [])
+        colour = None
+        if line:
+            (drawn,) = left.plot(
+                [x for x, _ in line], [y for _, y in line], linestyle="--", alpha=0.8, label=name
+            )
+            colour = drawn.get_color()
         shown = data.measured.get(k, [])
-        left.scatter([x for x, _ in shown], [y for _, y in shown], color=line.get_color(), s=30)
+        left.scatter(
+            [x for x, _ in shown],
+            [y for _, y in shown],
+            color=colour,
+            s=30,
+            label=None if line else name,
+        )
     if data.schedule:
         how = "measured" if data.schedule_measured else "k*(level)"
         left.plot(

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from dflashops.errors import TuneInputError
-from dflashops.tune.acceptance import AcceptanceCurve, Extrapolation
+from dflashops.tune.acceptance import AcceptanceCurve, Extrapolation, acceptance_curve
 from dflashops.tune.load_runs import LevelRun, by_level
 from dflashops.tune.runs import curve_from_runs
 
@@ -77,12 +77,17 @@ class AcceptanceCheck(BaseModel):
 def level_curves(
     runs: Sequence[LevelRun], extrapolation: Extrapolation = Extrapolation.GEOMETRIC
 ) -> dict[int, AcceptanceCurve]:
-    """Each level's acceptance, merged over the k measured there (levels without any: absent)."""
+    """Each level's acceptance, merged over the k measured there (levels without any: absent).
+
+    Past the positions a level measured, its curve follows the decay of the curve pooled over
+    every level (a deeper k measured elsewhere knows more about the tail than one level's last
+    rate does); past those too, the usual extrapolation."""
+    pooled = pooled_curve(runs, extrapolation)
     curves: dict[int, AcceptanceCurve] = {}
     for level, level_runs in by_level(runs).items():
         curve = _curve([run for run in level_runs if run.k > 0], extrapolation)
         if curve is not None:
-            curves[level] = curve
+            curves[level] = _extended(curve, pooled, extrapolation)
     return curves
 
 
@@ -191,6 +196,22 @@ def _shift(position: int, low_level: int, low: _Rate, level: int, high: _Rate) -
         to_level=level,
         to_rate=high.rate,
         noise=noise,
+    )
+
+
+def _extended(
+    curve: AcceptanceCurve, pooled: AcceptanceCurve | None, extrapolation: Extrapolation
+) -> AcceptanceCurve:
+    depth = curve.measured_positions
+    if pooled is None or pooled.measured_positions <= depth or pooled.rates[depth - 1] <= 0:
+        return curve
+    scale = curve.rates[-1] / pooled.rates[depth - 1]
+    tail = [pooled.rates[i] * scale for i in range(depth, pooled.measured_positions)]
+    return acceptance_curve(
+        [*curve.rates, *tail],
+        draft_fraction=curve.draft_fraction or None,
+        extrapolation=extrapolation,
+        source=f"{curve.source}; past position {depth - 1} the pooled curve's decay",
     )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dflashops.playbook.models import Tune, load_problem
+from dflashops.playbook.models import Tune
+from dflashops.playbook.tune_load import load_problem
 from dflashops.tune.acceptance import Extrapolation
 from dflashops.tune.load_runs import MAX_LEVEL
 from dflashops.tune.runs import K_LIMIT

@@ -134,13 +134,14 @@ def judge_schedule(
             **common,
             **worst_fields,
         )
+    # + 0.0: a loss of exactly 0 prints as +0.0 %, not -0.0 %
     return ScheduleVerdict(
         accepted=True,
         kept="schedule",
         k=decision.k,
         schedule=schedule,
         sentence=f"schedule {schedule} kept: within {max_loss:.0%} of the best static k at "
-        f"every level (worst c={worst.level}: {-worst.loss:+.1%} against "
+        f"every level (worst c={worst.level}: {-worst.loss + 0.0:+.1%} against "
         f"k={worst.best_static_k}){versus}",
         **common,
         **worst_fields,
