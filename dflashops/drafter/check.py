@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from dflashops.drafter.diff import DiffLine, diff_against_entry, diff_configs
 from dflashops.drafter.engine import EngineSpec
-from dflashops.drafter.families import CheckInputs, method_family
+from dflashops.drafter.families import CheckInputs, Family, detect_family, method_family
 from dflashops.drafter.files import (
     CONFIG_FILE,
     DrafterFiles,
@@ -59,18 +59,30 @@ def check_paths(
     registry = load_registry(registry_paths)
     files = read_drafter(drafter)
     target_files = read_target(target) if target else None
+    family = method_family(method) if method else detect_family(files.config)
     match = Match(registry.resolve(ref), "ref", f"--ref {ref}") if ref else registry.match(files)
+    if match is not None and not ref and family is not None and not _fits(match, family):
+        match = None  # a name shared with another family's entry (an MTP target, say)
     notes: tuple[Finding, ...] = ()
     if match is None and target_files is not None:
         by_target = match_by_target(registry, files, target_files)
-        match, notes = by_target.match, by_target.findings
+        if by_target.match is None or family is None or _fits(by_target.match, family):
+            match, notes = by_target.match, by_target.findings
+    if family is None and match is not None:  # the files do not say: the entry does
+        family = match.entry.family
     inputs = CheckInputs(
         files, target_files, match.entry if match else None, engine, k, dict(params or {})
     )
-    result = validate_method(method_family(method) if method else None, inputs)
+    result = validate_method(family, inputs)
     if notes:
         result = CheckResult.of([*result.findings, *notes], result.required_env)
     return CheckRun(files, target_files, match, engine, k, result)
+
+
+def _fits(match: Match, family: Family) -> bool:
+    """An entry checks a drafter of its own family (DFlash2 drafters share DFlash entries)."""
+    entry = match.entry.family
+    return entry == family or {entry, family} <= {"dflash", "dflash2"}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,18 @@ from dflashops.drafter.safetensors import INDEX_FILE, MAX_HEADER_BYTES
 from dflashops.errors import DrafterError, RemoteError
 from dflashops.remote import SshConnection
 
-META_FILES = ("config.json", "tokenizer_config.json", "tokenizer.json")
+# what a drafter check reads besides the weights' headers: the config and every tokenizer file a
+# draft model's tokenizer is compared by (its id map, merges, sentencepiece model, chat template)
+META_FILES = (
+    "config.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 MAX_META_BYTES = 64 * 1024 * 1024
 FETCH_DEADLINE_S = 120.0
 

@@ -90,11 +90,14 @@ def validate(conn: SshConnection, playbook: Playbook) -> tuple[DrafterValidation
 
 
 def method_params(playbook: Playbook) -> dict[str, Any]:
-    """The method's own parameters a family's rules check (n-gram's lookup window)."""
+    """What a family's rules check besides the files: the method vLLM is given (MTP's name
+    differs by version), n-gram's lookup window, the context a draft model must cover."""
     drafter = playbook.drafter
     params = {
+        "method": drafter.method,
         "prompt_lookup_min": drafter.prompt_lookup_min,
         "prompt_lookup_max": drafter.prompt_lookup_max,
+        "max_model_len": playbook.server.max_model_len,
     }
     return {key: value for key, value in params.items() if value is not None}
 
