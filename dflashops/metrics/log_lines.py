@@ -127,7 +127,22 @@ MAX_CONTINUATIONS = 16
 MAX_JOINED_CHARS = 8192
 # what every record holds somewhere and no stats message does: a level, a time of day, a pid
 _OWN_RECORD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b|\d:\d\d:\d\d|pid=")
-# a line that ends in the first words of a message cut short ("… [loggers.py:123] Avg prompt t")
+# the end of a header (vLLM's "[file.py:12]", SGLang's "[2025-01-02 10:00:00 TP0]", Python
+# logging's "INFO -" or "INFO:name:") with no message after it: the next line may hold it
+_HEADER_END = re.compile(
+    r"(?:\[?[^\]\s]{1,200}:\d{1,6}\]|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]{0,40}\]"
+    r"|\b(?:DEBUG|INFO|WARNING)(?: -|:[\w.]{1,100}:))\s*$"
+)
+# what a format prints right before a message that a cut can leave at a line's start: a line
+# "etrics: Mean acceptance length: …" continues "… SpecDecoding m", it is no prefix-less record
+_LEADS = {
+    "vllm_spec_bare": re.compile(
+        r"SpecDecoding metrics:\s*(?:Draft acceptance rate: [\d.]{1,20}%,\s*)?$"
+    ),
+    "vllm_stats": re.compile(r"(?:Engine \d{1,6}|\d{1,6} Engines Aggregated):\s*$"),
+}
+# the first words of each message, cut anywhere: a line ending in one ("… Avg prompt t") may
+# have its message go on at the next line (engine numbers written 0, as _ends_in_a_cut_start)
 _CUT_STARTS = frozenset(
     phrase[:end].rstrip()
     for phrase in (
@@ -144,7 +159,6 @@ _CUT_STARTS = frozenset(
     )
     for end in range(1, len(phrase) + 1)
 )
-
 _DIGITS = re.compile(r"\d+")
 
 #: how much of its format a located message holds; a join must raise it
@@ -152,26 +166,8 @@ FormatRead = Callable[[Located], int]
 Numbered = tuple[int, str]
 
 
-# what a format prints right before a message that a cut can leave at a line's start: a line
-# "etrics: Mean acceptance length: …" continues "… SpecDecoding m", it is no prefix-less record
-_LEADS = {
-    "vllm_spec_bare": re.compile(
-        r"SpecDecoding metrics:\s*(?:Draft acceptance rate: [\d.]{1,20}%,\s*)?$"
-    ),
-    "vllm_stats": re.compile(r"(?:Engine \d{1,6}|\d{1,6} Engines Aggregated):\s*$"),
-}
-
-
-# the end of a header (vLLM's "[file.py:12]", SGLang's "[2025-01-02 10:00:00 TP0]", Python
-# logging's "INFO -" or "INFO:name:") with no message after it: the next line may hold it
-_HEADER_END = re.compile(
-    r"(?:\[?[^\]\s]{1,200}:\d{1,6}\]|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]{0,40}\]"
-    r"|\b(?:DEBUG|INFO|WARNING)(?: -|:[\w.]{1,100}:))\s*$"
-)
-
-
-def continues(previous: str, line: str) -> bool:
-    """Whether a cleaned line may continue the one before it: it is not blank (a paragraph's
+def _continues(previous: str, line: str) -> bool:
+    """Whether a cleaned line may continue the text before it: it is not blank (a paragraph's
     end) and starts no record of its own (no level, time of day, pid or message of its own)."""
     if not line.strip() or _OWN_RECORD.search(line):
         return False
@@ -182,8 +178,12 @@ def continues(previous: str, line: str) -> bool:
     if not before.strip() and _HEADER_END.search(previous[-256:]):
         return True
     lead = _LEADS.get(found.lastgroup)
-    # bounded: a lead is short, and the previous line may be long
-    return lead is not None and lead.search(_glue(previous[-64:], before)) is not None
+    # bounded: what a cut leaves of a lead is short, and either line may be long
+    return (
+        lead is not None
+        and len(before) <= 64
+        and lead.search(_glue(previous[-64:], before)) is not None
+    )
 
 
 def logical_lines(
@@ -223,7 +223,7 @@ def _message_cut_at_end(line: str, numbered: Iterator[Numbered], ahead: deque[Nu
     are followed by a record, and the cheap test spares the rest."""
     if not ahead and (taken := next(numbered, None)) is not None:
         ahead.append(taken)
-    if not ahead or not continues(line, ahead[0][1]) or not _ends_in_a_cut_start(line):
+    if not ahead or not _continues(line, ahead[0][1]) or not _ends_in_a_cut_start(line):
         return False
     return _locate_cheaply(_glue(line, ahead[0][1])) is not None
 
@@ -249,7 +249,7 @@ def _continuation_run(line: str, numbered: Iterator[Numbered], ahead: deque[Numb
                 break
             ahead.append(taken)
         part = ahead[index][1]
-        if not continues(so_far, part):
+        if not _continues(so_far, part):
             break
         run.append(part)
         so_far = _glue(so_far, part)[-128:]
