@@ -24,11 +24,33 @@ def entry_json(name: str = REF_36) -> dict[str, Any]:
 
 
 def test_bundled_entries() -> None:
-    assert {e.name for e in REGISTRY.entries} == {
-        "z-lab/Qwen3.6-27B-DFlash",
-        "z-lab/Qwen3.5-27B-DFlash",
-        "z-lab/Qwen3-8B-DFlash-b16",
-        "z-lab/Qwen3.5-122B-A10B-DFlash",
+    """The DFlash-lineage entries, each under its family (other families add their own)."""
+    families = {e.name: e.family for e in REGISTRY.entries}
+    assert {
+        name: families.get(name)
+        for name in (
+            "z-lab/Qwen3.6-27B-DFlash",
+            "z-lab/Qwen3.5-27B-DFlash",
+            "z-lab/Qwen3-8B-DFlash-b16",
+            "z-lab/Qwen3.5-122B-A10B-DFlash",
+            "z-lab/Qwen3-4B-DFlash-b16",
+            "z-lab/Qwen3-Coder-30B-A3B-DFlash",
+            "z-lab/gemma-4-31B-it-DFlash",
+            "z-lab/Qwen3.8-27B-DFlash2",
+            "incoai/GLM-5.3-Flash-DFlash2",
+            "RedHatAI/GLM-5.2-speculator.dspark",
+        )
+    } == {
+        "z-lab/Qwen3.6-27B-DFlash": "dflash",
+        "z-lab/Qwen3.5-27B-DFlash": "dflash",
+        "z-lab/Qwen3-8B-DFlash-b16": "dflash",
+        "z-lab/Qwen3.5-122B-A10B-DFlash": "dflash",
+        "z-lab/Qwen3-4B-DFlash-b16": "dflash",
+        "z-lab/Qwen3-Coder-30B-A3B-DFlash": "dflash",
+        "z-lab/gemma-4-31B-it-DFlash": "dflash",
+        "z-lab/Qwen3.8-27B-DFlash2": "dflash2",
+        "incoai/GLM-5.3-Flash-DFlash2": "dflash2",
+        "RedHatAI/GLM-5.2-speculator.dspark": "dspark",
     }
 
 
