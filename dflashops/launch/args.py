@@ -59,6 +59,9 @@ def speculative_config(playbook: Playbook) -> dict[str, Any] | None:
     config: dict[str, Any] = {"method": drafter.method, "num_speculative_tokens": k}
     if drafter.model is not None:
         config["model"] = str(drafter.model.path)
+    schedule = playbook.server.speculative_schedule
+    if schedule is not None:  # k per running batch size (vLLM >= 0.24; playbook checks it)
+        config["num_speculative_tokens_per_batch_size"] = [list(entry) for entry in schedule]
     if drafter.method == "ngram":
         if drafter.prompt_lookup_min is not None:
             config["prompt_lookup_min"] = drafter.prompt_lookup_min

@@ -17,7 +17,8 @@ from dflashops.deployment.layout import Layout
 from dflashops.deployment.manifest import DeployedManifest
 from dflashops.errors import ConfigError, PlaybookError
 from dflashops.launch.args import VLLM_API_KEY_ENV
-from dflashops.playbook.models import Playbook, Train
+from dflashops.playbook.models import Playbook
+from dflashops.playbook.train import Train
 from dflashops.remote import SshConnection
 from dflashops.training.dataset import read_samples
 from dflashops.training.job import (

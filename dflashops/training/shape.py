@@ -25,7 +25,8 @@ from dflashops.drafter.files import TargetFiles
 from dflashops.drafter.keys import is_int
 from dflashops.drafter.registry import Registry, RegistryEntry
 from dflashops.errors import PlaybookError
-from dflashops.playbook.models import Playbook, TrainDrafterShape
+from dflashops.playbook.models import Playbook
+from dflashops.playbook.train import TrainDrafterShape
 from dflashops.training.job import DrafterShape, LayerType
 
 T = TypeVar("T")

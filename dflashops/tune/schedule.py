@@ -27,7 +27,8 @@ from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-VLLM_FIELD = "num_speculative_tokens_per_batch_size"
+from dflashops.playbook.schedule import VLLM_FIELD, check_schedule
+
 VLLM_FIRST_VERSION = (0, 24, 0)
 VLLM_SOURCE = (
     "vllm/config/speculative.py (the field), vllm/v1/spec_decode/dynamic/utils.py (its rules)"
@@ -98,35 +99,6 @@ class SpeculativeSchedule(BaseModel):
 
     def describe(self) -> str:
         return "batch " + ", ".join(r.describe() for r in self.ranges)
-
-
-def check_schedule(entries: Sequence[Sequence[int]]) -> list[tuple[int, int, int]]:
-    """vLLM's rules for the schedule (``validate_and_normalize_dynamic_sd_schedule``), so a
-    schedule dflashops writes is one vLLM takes; the entries sorted by start. Raises
-    ``ValueError``. Kept free of dflashops imports: a playbook validator may call it."""
-    if not entries:
-        raise ValueError(f"{VLLM_FIELD} must not be empty")
-    parsed: list[tuple[int, int, int]] = []
-    for entry in entries:
-        if len(entry) != 3:
-            raise ValueError(f"each {VLLM_FIELD} entry is [range_start, range_end, k]")
-        start, end, k = (int(value) for value in entry)
-        if start <= 0 or end <= 0:
-            raise ValueError(f"batch-size range ({start}, {end}) must be positive")
-        if start > end:
-            raise ValueError(f"batch-size range start must be <= end for ({start}, {end}, {k})")
-        if k < 0:
-            raise ValueError(f"{VLLM_FIELD} values must be >= 0")
-        parsed.append((start, end, k))
-    parsed.sort()
-    previous_end = 0
-    for start, end, _ in parsed:
-        if start <= previous_end:
-            raise ValueError("batch-size ranges must be non-overlapping and sorted")
-        previous_end = end
-    if parsed[0][0] != 1:
-        raise ValueError("the first batch-size range must start at 1")
-    return parsed
 
 
 def render_schedule(

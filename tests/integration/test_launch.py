@@ -207,14 +207,16 @@ def vllm_slot(lab: Lab) -> Iterator[None]:
 
 
 def lab_launch(
-    lab: Lab, *overrides: str, flags: tuple[str, ...] = (), timeout: float = 400
+    lab: Lab,
+    *overrides: str,
+    flags: tuple[str, ...] = (),
+    timeout: float = 400,
+    playbook: str = "lab-dflash",
 ) -> subprocess.CompletedProcess[str]:
-    """``dflashops launch lct990 -p lab-dflash --json`` with the lab overrides."""
+    """``dflashops launch lct990 -p PLAYBOOK`` with the lab overrides."""
     sets = [item for o in (*LAB_OVERRIDES, *overrides) for item in ("--set", o)]
     env = {**os.environ, "DFLASHOPS_INVENTORY": str(lab.inventory_path)}
-    return run_cli(
-        env, "launch", REAL, "-p", "lab-dflash", *sets, *flags, timeout=timeout, check=False
-    )
+    return run_cli(env, "launch", REAL, "-p", playbook, *sets, *flags, timeout=timeout, check=False)
 
 
 def complete(endpoint: str) -> dict[str, Any]:
@@ -292,3 +294,36 @@ def test_real_vllm_broken_drafter_is_rolled_back(lab: Lab, vllm_slot: None) -> N
     assert after.running and after.pid != before.pid
     assert after.speculative_config == before.speculative_config  # the good drafter again
     assert complete(str(before.endpoint))["choices"][0]["text"]
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_real_vllm_draft_model_is_launched_through_its_family_s_check(
+    lab: Lab, vllm_slot: None
+) -> None:
+    """The lab's decaying draft model (``lab-decay``) goes through the draft-model rules: a
+    copy whose vocabulary is not the target's is refused before anything changes; the real
+    one serves and drafts."""
+    with lab.conn(REAL) as conn:
+        before = server_status(conn)
+        conn.run(
+            "rm -rf /srv/other-vocab && "
+            "cp -r /opt/lab/models/tiny-qwen3-draft-decay /srv/other-vocab && "
+            'python3 -c \'import json; p="/srv/other-vocab/config.json"; c=json.load(open(p)); '
+            'c["vocab_size"] += 64; json.dump(c, open(p, "w"))\''
+        )
+    refused = lab_launch(lab, "drafter.model.path=/srv/other-vocab", playbook="lab-decay")
+    assert refused.returncode == 1
+    assert "drafter check found" in refused.stderr and "vocab_size" in refused.stderr
+    with lab.conn(REAL) as conn:
+        assert server_status(conn).pid == before.pid  # nothing touched
+
+    done = lab_launch(lab, flags=("--json",), playbook="lab-decay")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["drafter_validation"] in ("clean", "warnings"), report["drafter_findings"]
+    assert not [f for f in report["drafter_findings"] if f.startswith("error")]
+    with lab.conn(REAL) as conn:
+        status = server_status(conn)
+    assert status.running and status.method == "draft_model"
+    assert complete(f"http://{lab.address(REAL)}:30000/v1")["choices"][0]["text"]
