@@ -76,6 +76,10 @@ VLLM_FIRST_EAGLE3: Version = (0, 8, 5)
 # 0.8.5-0.10.0 refuse a target whose model_type lacks "llama" ("Eagle3 is only supported for
 # Llama models"); 0.11.0 allows these model types (vllm/config/speculative.py)
 VLLM_EAGLE3_ANY_LLAMA: Version = (0, 11, 0)
+# 0.8.5-0.11.0 take the aux layers from the target alone (gpu_model_runner.py); 0.32 reads the
+# drafter's top-level ids. Releases between were not read: they are assumed to read like 0.32
+VLLM_READS_AUX_IDS: Version = (0, 12, 0)
+VLLM_AUX_IDS_READ: Version = (0, 32, 0)
 VLLM_EAGLE3_TARGETS_0_11 = ("llama", "qwen", "minicpm", "gpt_oss")
 SPECULATORS_CLASSES: Mapping[str, str] = {"llama": "Eagle3LlamaForCausalLM", "qwen3": QWEN3_EAGLE3}
 
@@ -116,9 +120,9 @@ def check_drafter_class(
     if eagle3 and cfg.speculators:
         return _speculators_class(ctx, cfg)
     name = vllm_drafter_class(cfg, eagle3=eagle3, version=version)
-    if name is not None:
-        return name
     table = VLLM_EAGLE3_CLASSES if eagle3 else VLLM_EAGLE_CLASSES
+    if name is not None or version < min(table):
+        return name  # an older release than any read: check_vllm_release speaks for it
     known = _known(table, version)
     later = set().union(*table.values()) - known
     mapped = [vllm_class_name(a, eagle3=eagle3, version=version) for a in cfg.architectures]
@@ -128,7 +132,7 @@ def check_drafter_class(
         ctx.add(
             "warning",
             "architectures",
-            f"a {method} drafter class of vLLM {release}: one of {sorted(known)}",
+            f"an {method} drafter class of vLLM {release}: one of {sorted(known)}",
             show(cfg.config.get("architectures", MISSING)),
             f"vLLM turns these into {mapped} (vllm/transformers_utils/configs/eagle.py); a "
             "later release's registry has that class, the last release read before "
@@ -139,7 +143,7 @@ def check_drafter_class(
     ctx.add(
         "error",
         "architectures",
-        f"a {method} drafter class vLLM {release} knows: one of {sorted(known)}",
+        f"an {method} drafter class vLLM {release} knows: one of {sorted(known)}",
         show(cfg.config.get("architectures", MISSING)),
         f"vLLM's EAGLEConfig turns these into {mapped} (vllm/transformers_utils/configs/"
         "eagle.py) and its model registry has none of them: the server refuses the "

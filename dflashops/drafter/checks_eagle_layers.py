@@ -11,7 +11,9 @@ in vllm/model_executor/models/llama.py and qwen2.py, 0.32 and 0.34). The ids com
   ``get_eagle3_default_aux_hidden_state_layers`` = ``(2, N // 2, N - 3)``
   (``SupportsEagle3`` in model_executor/models/interfaces.py). SGLang's nested
   ``eagle_config.eagle_aux_hidden_state_layer_ids`` is not read there;
-- 0.8.5-0.11.0: no ids at all; always the target's default.
+- 0.8.5-0.11.0: no ids at all; always the target's default (gpu_model_runner.py asks the
+  target's ``get_eagle3_aux_hidden_state_layers``). Releases between 0.11 and 0.32 were not
+  read and are held to 0.32's reading.
 
 vLLM sorts and de-duplicates the ids (``tuple(sorted(set(layers)))``) and concatenates the
 captured states into ``fc``, which the drafter class sized from ``num_aux_hidden_states``, else
@@ -27,7 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dflashops.drafter.checks_eagle_class import QWEN3_EAGLE3, VLLM_EAGLE3_ANY_LLAMA
+from dflashops.drafter.checks_eagle_class import (
+    QWEN3_EAGLE3,
+    VLLM_AUX_IDS_READ,
+    VLLM_READS_AUX_IDS,
+)
 from dflashops.drafter.checks_eagle_layout import (
     AUX_IDS,
     NESTED,
@@ -106,12 +112,14 @@ def plan_aux_layers(
         trained, trained_from = sglang_capture(nested), f"{NESTED_IDS} {nested}, read as SGLang"
     else:
         trained, trained_from = default, "no ids: the trainers' default"
-    if version is not None and version < VLLM_EAGLE3_ANY_LLAMA:
+    if version is not None and version < VLLM_READS_AUX_IDS:
         fed, fed_from = default, "vLLM <= 0.11 reads no ids from the drafter: " + DEFAULT_SOURCE
     elif top is not None:
         fed, fed_from = top, AUX_IDS
     else:
         fed, fed_from = default, DEFAULT_SOURCE
+    if version is not None and VLLM_READS_AUX_IDS <= version < VLLM_AUX_IDS_READ:
+        fed_from += " (as vLLM 0.32 reads them; this release was not read)"
     features, features_from = _fc_features(cfg, drafter_class, top, nested)
     return AuxPlan(fed, fed_from, trained, trained_from, features, features_from)
 

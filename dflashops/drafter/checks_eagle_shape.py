@@ -150,14 +150,20 @@ def _check_projections(
     reads the embeddings and the fc output side by side."""
     heads, kv = cfg.layer_int("num_attention_heads"), cfg.layer_int("num_key_value_heads")
     head_dim = cfg.layer_int("head_dim") or (hidden // heads if hidden and heads else None)
-    for proj, count, label in (("q_proj", heads, "num_attention_heads"), ("k_proj", kv, "")):
+    for proj, count, label in (
+        ("q_proj", heads, "num_attention_heads"),
+        ("k_proj", kv, "num_key_value_heads"),
+    ):
         tensor = _first_layer(tensors, proj)
         if tensor is None or count is None or head_dim is None:
             continue
         rows, cols = tensor.shape
         if rows != count * head_dim:
+            # q_proj decides between its head count and head_dim; once it fits, k_proj's
+            # mismatch can only be the key/value head count
             explicit = cfg.layer_int("head_dim") is not None
-            key = cfg.layer_key("head_dim" if explicit and rows % count == 0 else label or proj)
+            blame = "head_dim" if proj == "q_proj" and explicit and rows % count == 0 else label
+            key = cfg.layer_key(blame)
             ctx.add(
                 "error",
                 key,
@@ -172,7 +178,7 @@ def _check_projections(
         if width is not None and cols != width:
             ctx.add(
                 "error",
-                f"{proj}.weight",
+                tensor.name,
                 f"[…, {width}] ({'2 × ' if eagle3 else ''}hidden_size)",
                 show(list(tensor.shape)),
                 "vLLM's EAGLE-3 first layer attends over the token embedding and the fc output "
