@@ -17,6 +17,22 @@ if TYPE_CHECKING:
     from dflashops.tune.live import LiveTuneReport
 
 pass_app = click.make_pass_decorator(AppContext)
+
+
+def _levels(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        levels = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: concurrency levels such as 1,4,16") from None
+    if not levels or any(level < 1 for level in levels):
+        raise click.BadParameter(f"{value!r}: concurrency levels are 1 or more")
+    return levels
+
+
 K_RANGE = click.IntRange(1, 64)
 OFFLINE_HINT = "to recommend k from measurements, without a server: `dflashops tune-offline`"
 
@@ -124,6 +140,20 @@ Examples:
 )
 @click.option("--k-min", type=K_RANGE, help="Smallest k. Default: the playbook's tune.k_min.")
 @click.option("--k-max", type=K_RANGE, help="Largest k. Default: the playbook's tune.k_max.")
+@click.option(
+    "--load",
+    "load",
+    metavar="C1,C2,…",
+    callback=_levels,
+    help="Tune k per concurrency level (e.g. 1,2,4,8,16) and serve it as vLLM's batch-size "
+    "schedule, verified at every level before it is kept. Default: the playbook's tune.load "
+    "(none: one k at concurrency 1).",
+)
+@click.option(
+    "--tpot-slo-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --load: the most tok/s whose median TPOT stays under this (ms).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the playbook change, do not write it.")
 @click.option("--out", type=SafePath(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -138,6 +168,8 @@ def tune(  # Click passes every option by keyword
     requests: int | None,
     k_min: int | None,
     k_max: int | None,
+    load: tuple[int, ...] | None,
+    tpot_slo_ms: float | None,
     dry_run: bool,
     out: Path | None,
     as_json: bool,
@@ -163,9 +195,18 @@ def tune(  # Click passes every option by keyword
             requests=requests,
             write_playbook=not dry_run,
             probe_dir=destination.parent,
+            load=load,
+            tpot_slo_ms=tpot_slo_ms,
         )
     except ValidationError as exc:
         raise click.UsageError(first_error_line(exc)) from exc
+    from dflashops.tune.live_load import load_asked
+
+    if load_asked(request):
+        from dflashops.cli.tune_load_view import run_load
+
+        run_load(app.inventory(), request, destination, as_json=as_json)
+        return
     with spinner(f"tune {name}", enabled=not as_json) as say:
 
         def tell(message: str) -> None:

@@ -6,7 +6,7 @@
 - ``throughput_by_concurrency.png``: output tokens/s and mean TPOT against concurrency; a level
   the server stopped answering in is a hollow marker off the line.
 - ``tune_throughput_by_k.png``, ``compare_methods.png`` and ``roofline.png``: see
-  ``report.tune_plots``.
+  ``report.tune_plots``; ``tune_load.png`` (``tune --load``): see ``report.load_plots``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from dflashops.bench.models import BenchReport, LevelResult
 from dflashops.report.bench_view import LabelledReport
 from dflashops.report.figure import save_figure, use_file_backend
+from dflashops.report.load_plots import write_load_plots
 from dflashops.report.tune_plots import write_tune_plots
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def write_plots(items: Sequence[LabelledReport], out_dir: Path) -> list[Path]:
         written.append(_acceptance_plot(items, out_dir / ACCEPTANCE_PNG))
     if any(item.report.levels for item in items):
         written.append(_concurrency_plot(items, out_dir / CONCURRENCY_PNG))
-    return written + write_tune_plots(items, out_dir)
+    return written + write_tune_plots(items, out_dir) + write_load_plots(items, out_dir)
 
 
 def _acceptance_plot(items: Sequence[LabelledReport], path: Path) -> Path:

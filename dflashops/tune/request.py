@@ -31,6 +31,10 @@ class LiveTuneRequest(_Given):
     requests: int | None = Field(None, ge=1, description="per bench (concurrency 1)")
     write_playbook: bool = Field(True, description="False: only report the k line's change")
     probe_dir: Path | None = Field(None, description="each probe's bench is saved here")
+    load: tuple[int, ...] | None = Field(
+        None, min_length=1, description="--load: the concurrency levels (k per level)"
+    )
+    tpot_slo_ms: float | None = Field(None, gt=0, description="--tpot-slo-ms (with --load)")
 
     @model_validator(mode="after")
     def _ordered(self) -> LiveTuneRequest:

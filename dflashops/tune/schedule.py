@@ -29,6 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dflashops.playbook.schedule import VLLM_FIELD, check_schedule
 
+__all__ = [
+    "VLLM_FIELD",
+    "ScheduleRange",
+    "ScheduleSupport",
+    "SpeculativeSchedule",
+    "check_schedule",
+    "render_schedule",
+    "schedule_support",
+]
+
 VLLM_FIRST_VERSION = (0, 24, 0)
 VLLM_SOURCE = (
     "vllm/config/speculative.py (the field), vllm/v1/spec_decode/dynamic/utils.py (its rules)"
