@@ -378,11 +378,21 @@ MISTAKES = {
     "speculators-ids-before-vllm-reads-them": Mistake(
         S8N,
         IDS,
+        "[4, 20, 30]",
+        "[2, 18, 33]",
+        "vLLM 0.32 and 0.34 read these ids",
+        put(IDS, [4, 20, 30]),
+        engine="vllm==0.11.0",
+    ),
+    "speculators-ids-a-layer-off-before-vllm-reads-them": Mistake(
+        S8N,
+        IDS,
         "[3, 19, 34]",
         "[2, 18, 33]",
         "trained on others",
         put(IDS, [3, 19, 34]),
         engine="vllm==0.11.0",
+        severity="warning",
     ),
     # Llama-3.1-8B
     "llama-d2t-for-another-draft-vocab": Mistake(
