@@ -207,6 +207,8 @@ def tune(  # Click passes every option by keyword
 
         run_load(app.inventory(), request, destination, as_json=as_json)
         return
+    if tpot_slo_ms is not None:
+        raise click.UsageError("--tpot-slo-ms limits a load tune: add --load C1,C2,…")
     with spinner(f"tune {name}", enabled=not as_json) as say:
 
         def tell(message: str) -> None:

@@ -59,7 +59,7 @@ class LoadTuneOutcome:
     """What the loop measured and decided."""
 
     runs: list[LevelRun]
-    launches: list[int]
+    launches: list[Served]  # in order: each probe's k, the schedule verified, what is kept
     result: LoadResult
     decision: ScheduleDecision
     verify_runs: list[LevelRun] = field(default_factory=list)
@@ -99,10 +99,10 @@ def run_load_tune(
     version: str,
     max_num_seqs: int,
 ) -> LoadTuneOutcome:
-    """The loop (module doc): at most ``plan.budget`` launches of one k, plus one of the
-    schedule when one is to be served."""
+    """The loop (module doc): at most ``plan.budget`` launches of one k, one of the schedule
+    when one is to be served, and one of what is kept when the server runs something else."""
     runs: list[LevelRun] = []
-    launches: list[int] = []
+    launches: list[Served] = []
     while (probe := plan.next_probe(runs)) is not None:
         tell(f"k={probe.k} at every level ({probe.reason})")
         launch_step(probe.k)
@@ -113,10 +113,11 @@ def run_load_tune(
     outcome = LoadTuneOutcome(runs, launches, result, decision)
     tell(decision.sentence)
     if not decision.needs_verification:
-        return outcome
+        return _serve_kept(outcome, launch_step, plan.current_k, launches[-1] if launches else None)
     schedule = decision.schedule.as_vllm()
     tell(f"verifying the schedule {schedule} at every level")
     launch_step(schedule)
+    launches.append(schedule)
     outcome.verify_runs = measure(schedule)
     outcome.verdict = judge_schedule(
         decision,
@@ -127,13 +128,19 @@ def run_load_tune(
         fallback_k=result.single_k.k if result.single_k is not None else plan.current_k,
     )
     tell(outcome.verdict.sentence)
-    if not outcome.verdict.accepted and outcome.verdict.k != _last_static(launches):
-        launch_step(outcome.verdict.k)  # serve what is kept, not the refused schedule
+    return _serve_kept(outcome, launch_step, plan.current_k, schedule)
+
+
+def _serve_kept(
+    outcome: LoadTuneOutcome, launch_step: Launch, current_k: int, last: Served | None
+) -> LoadTuneOutcome:
+    """Leave the server on what the tuned playbook will say (state on disk = what runs): the
+    kept schedule or k; "off" keeps the playbook's k (the sentence says to turn it off)."""
+    kept = outcome.kept_schedule or outcome.kept_k or current_k
+    if kept != last:
+        launch_step(kept)
+        outcome.launches.append(kept)
     return outcome
-
-
-def _last_static(launches: Sequence[int]) -> int | None:
-    return launches[-1] if launches else None
 
 
 def served_playbook(book: Playbook, served: Served) -> Playbook:
@@ -165,8 +172,11 @@ def max_num_seqs(book: Playbook) -> int:
     return VLLM_DEFAULT_MAX_NUM_SEQS
 
 
-_SCHEDULE_LINE = re.compile(r"^(?P<lead>\s*)speculative_schedule:[^\n]*\n", re.M)
-_TUNE_COMMENT = re.compile(r"^\s*# tune --load [^\n]*\n", re.M)
+# the key's line and, for a block-style list, its "- [...]" items below it
+_SCHEDULE_LINE = re.compile(
+    r"^(?P<lead>[ \t]*)speculative_schedule:[^\n]*\n(?:(?P=lead)[ \t]*-[^\n]*\n)*", re.M
+)
+_TUNE_COMMENT = re.compile(r"^[ \t]*# tune --load [^\n]*\n", re.M)
 
 
 def set_speculative_schedule(text: str, k: int, schedule: list[list[int]] | None, note: str) -> str:
@@ -174,7 +184,7 @@ def set_speculative_schedule(text: str, k: int, schedule: list[list[int]] | None
     line edit so the file's own comments and layout stay (the k line must be there)."""
     text = _TUNE_COMMENT.sub("", _SCHEDULE_LINE.sub("", text))
     text = set_num_speculative_tokens(text, k)
-    match = re.search(r"^(?P<lead>\s*)num_speculative_tokens:[^\n]*\n", text, re.M)
+    match = re.search(r"^(?P<lead>[ \t]*)num_speculative_tokens:[^\n]*\n", text, re.M)
     if match is None:
         raise TuneInputError("the playbook has no num_speculative_tokens line", field="playbook")
     lead = match.group("lead")
@@ -255,7 +265,7 @@ def live_load_tune(
             max_num_seqs=max_num_seqs(book),
         )
     when = datetime.now(UTC).strftime("%Y-%m-%d")
-    note = f"# tune --load {when}: {outcome.sentence}"
+    note = f"# tune --load {when}: {' '.join(outcome.sentence.split())}"
     text = set_speculative_schedule(
         path.read_text(encoding="utf-8"), outcome.kept_k or current_k, outcome.kept_schedule, note
     )
