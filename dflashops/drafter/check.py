@@ -5,14 +5,20 @@ Standard library only, so the server preflight can run exactly what ``drafter ch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from dflashops.drafter.diff import DiffLine, diff_against_entry, diff_configs
 from dflashops.drafter.engine import EngineSpec
-from dflashops.drafter.families import CheckInputs, Family, detect_family, method_family
+from dflashops.drafter.families import (
+    CheckInputs,
+    Family,
+    detect_family,
+    method_family,
+    weights_family,
+)
 from dflashops.drafter.files import (
     CONFIG_FILE,
     DrafterFiles,
@@ -59,15 +65,14 @@ def check_paths(
     registry = load_registry(registry_paths)
     files = read_drafter(drafter)
     target_files = read_target(target) if target else None
-    family = method_family(method) if method else detect_family(files.config)
+    family = method_family(method) if method else files_family(files)
     match = Match(registry.resolve(ref), "ref", f"--ref {ref}") if ref else registry.match(files)
-    if match is not None and not ref and family is not None and not _fits(match, family):
+    if match is not None and not ref and family is not None and not _fits(match.entry, family):
         match = None  # a name shared with another family's entry (an MTP target, say)
     notes: tuple[Finding, ...] = ()
     if match is None and target_files is not None:
-        by_target = match_by_target(registry, files, target_files)
-        if by_target.match is None or family is None or _fits(by_target.match, family):
-            match, notes = by_target.match, by_target.findings
+        by_target = match_by_target(registry, files, target_files, _own_family(family))
+        match, notes = by_target.match, by_target.findings
     if family is None and match is not None:  # the files do not say: the entry does
         family = match.entry.family
     inputs = CheckInputs(
@@ -79,10 +84,25 @@ def check_paths(
     return CheckRun(files, target_files, match, engine, k, result)
 
 
-def _fits(match: Match, family: Family) -> bool:
+def files_family(files: DrafterFiles) -> Family | None:
+    """The family the drafter's config says, else the one its tensors say (a config naming
+    no family, with DFlash2's selector or DSpark's Markov head in its weights)."""
+    said = detect_family(files.config)
+    if said is None and files.weights is not None:
+        return weights_family(files.weights.tensors)
+    return said
+
+
+def _own_family(family: Family | None) -> Callable[[RegistryEntry], bool]:
+    """Which entries a drafter of ``family`` may be matched to (unknown family: any)."""
+    if family is None:
+        return lambda _entry: True
+    return lambda entry: _fits(entry, family)
+
+
+def _fits(entry: RegistryEntry, family: Family) -> bool:
     """An entry checks a drafter of its own family (DFlash2 drafters share DFlash entries)."""
-    entry = match.entry.family
-    return entry == family or {entry, family} <= {"dflash", "dflash2"}
+    return entry.family == family or {entry.family, family} <= {"dflash", "dflash2"}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dflashops.drafter.families import (
     Family,
     detect_family,
 )
-from dflashops.drafter.result import CheckResult, Finding
+from dflashops.drafter.result import CheckResult, Finding, merge_by_key
 
 Validator = Callable[[CheckInputs], CheckResult]
 VALIDATORS: Mapping[Family, Validator] = {
@@ -50,7 +50,9 @@ def family_for(method_family: Family | None, inputs: CheckInputs) -> Family:
     DFlash2 is served as ``dflash``: its files decide between the generations."""
     detected = detect_family(inputs.drafter.config) if inputs.drafter is not None else None
     if method_family is None:
-        return detected or "dflash"
+        # the files, else the matched reference's family (SafeAILab's EAGLE configs name only
+        # LlamaForCausalLM), else DFlash
+        return detected or (inputs.ref.family if inputs.ref is not None else "dflash")
     if method_family == "dflash" and detected == "dflash2":
         return "dflash2"
     return method_family
@@ -63,7 +65,8 @@ def validate_method(method_family: Family | None, inputs: CheckInputs) -> CheckR
     mismatch = _family_mismatch(family, inputs)
     if mismatch is None:
         return result
-    return CheckResult.of([mismatch, *result.findings], result.required_env)
+    # one row per key: the mismatch and a family rule may both name ``architectures``
+    return CheckResult.of(merge_by_key([mismatch, *result.findings]), result.required_env)
 
 
 def _family_mismatch(family: Family, inputs: CheckInputs) -> Finding | None:

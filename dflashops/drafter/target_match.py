@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,10 +143,17 @@ class TargetMatch:
     findings: tuple[Finding, ...] = ()
 
 
-def match_by_target(registry: Registry, drafter: DrafterFiles, target: TargetFiles) -> TargetMatch:
-    """The one registry entry whose target this is (see the module doc)."""
+def match_by_target(
+    registry: Registry,
+    drafter: DrafterFiles,
+    target: TargetFiles,
+    accepts: Callable[[RegistryEntry], bool] = lambda _entry: True,
+) -> TargetMatch:
+    """The one registry entry whose target this is (see the module doc), among the entries
+    ``accepts`` lets in (the drafter's own family: an EAGLE-3 drafter is never matched to the
+    DFlash drafter of the same target)."""
     shape = TargetShape.of(target)
-    candidates = [e for e in registry.entries if fits(e.target, shape)]
+    candidates = [e for e in registry.entries if accepts(e) and fits(e.target, shape)]
     if not candidates:
         return TargetMatch(None)
     basis = f"its target's config ({shape.describe()}) matches the target of "
@@ -217,8 +224,19 @@ def _weights_disagree(drafter: DrafterFiles, entry: RegistryEntry) -> str:
 
 
 def _reduced_vocabulary(drafter: DrafterFiles, entry: RegistryEntry) -> str:
+    """The drafted vocabulary against the entry's: its own ``draft_vocab_size`` (EAGLE-3
+    drafters reduce it), else the target's full one (every DFlash drafter)."""
     draft_vocab = drafter.checked_config.get("draft_vocab_size")
     vocab = entry.target.vocab_size
+    entry_draft = _certain(entry, "draft_vocab_size")
+    if is_int(entry_draft):
+        if is_int(draft_vocab) and draft_vocab != entry_draft:
+            return (
+                f"it drafts {draft_vocab} tokens (draft_vocab_size), {entry.name} drafts "
+                f"{entry_draft}"
+            )
+        if not vocab or entry_draft < vocab:
+            return ""  # a reduced vocabulary is this entry's own
     if is_int(draft_vocab) and vocab and draft_vocab < vocab:
         return (
             f"it drafts a reduced vocabulary of {draft_vocab} tokens (draft_vocab_size), "

@@ -116,6 +116,8 @@ def test_the_issue_case_is_an_eagle3_drafter_and_clean() -> None:
     assert detect_family(json.loads((Q4.path / "config.json").read_text())) == "eagle3"
     run = check_paths(str(Q4.path), target=str(QWEN4_TARGET))
     assert run.result.exit_code == 0, problems(run.result)
+    # never matched through its target to z-lab's Qwen3-4B DFlash drafter (same target)
+    assert run.match is None and "ref" not in {f.key for f in run.result.findings}
     assert not {"dflash_config", "dflash_config.mask_token_id"} & {
         f.key for f in run.result.findings
     }
@@ -538,3 +540,19 @@ def test_engine_version_rules() -> None:
     old = check(llama, engine=parse_engine("vllm==0.10.0"))
     assert old.keys("error") == {"architectures"}
     assert check(PAIRS[E3N], engine=parse_engine("vllm==0.10.0")).summary.status == "clean"
+
+
+def test_a_target_shared_by_two_families_matches_the_drafter_s_own(tmp_path: Path) -> None:
+    """An EAGLE-3 entry that knows its target's layer pattern, next to z-lab's Qwen3-4B DFlash
+    entry of the same target: the EAGLE-3 drafter is matched to the EAGLE-3 entry alone, and its
+    reduced vocabulary is that entry's own, not evidence of another drafter."""
+    bundled = HERE.parents[2] / "dflashops" / "drafter" / "registry"
+    entry = json.loads((bundled / "eagle3--SpecForge--qwen3-4b-eagle3.json").read_text())
+    entry["name"] = "local/qwen3-4b-eagle3"
+    entry.pop("aliases", None)
+    entry["target"]["layer_pattern"] = ["full_attention"]
+    (tmp_path / "entry.json").write_text(json.dumps(entry))
+    run = check_paths(str(Q4.path), target=str(QWEN4_TARGET), registry_paths=[tmp_path])
+    assert run.match is not None and run.match.by == "target"
+    assert run.match.entry.name == "local/qwen3-4b-eagle3"
+    assert run.result.exit_code == 0, problems(run.result)
