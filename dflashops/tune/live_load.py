@@ -265,7 +265,10 @@ def live_load_tune(
             max_num_seqs=max_num_seqs(book),
         )
     when = datetime.now(UTC).strftime("%Y-%m-%d")
-    note = f"# tune --load {when}: {' '.join(outcome.sentence.split())}"
+    sentence = " ".join(outcome.sentence.split())
+    if not outcome.kept_k:  # off wins: the drafter stays, and the comment says what to do
+        sentence += f"; k={current_k} kept: set drafter.method: none to serve without it"
+    note = f"# tune --load {when}: {sentence}"
     text = set_speculative_schedule(
         path.read_text(encoding="utf-8"), outcome.kept_k or current_k, outcome.kept_schedule, note
     )

@@ -87,9 +87,11 @@ def step_inputs(
 
 
 def tune_key(playbook: Playbook, drafter: DrafterFiles) -> str:
-    """What a k* is valid for: the drafter's files and the playbook but its k."""
+    """What a k* (or a load tune's schedule) is valid for: the drafter's files and the
+    playbook but its k and schedule."""
     book = playbook.model_dump(mode="json")
     book["server"].pop("num_speculative_tokens", None)
+    book["server"].pop("speculative_schedule", None)  # what tune --load writes
     book.pop("train", None)
     book.pop("container", None)
     return short_digest({"playbook": book, "config": drafter.config_sha256, "w": drafter.weights})

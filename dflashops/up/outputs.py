@@ -120,6 +120,13 @@ class TuneOutput(BenchNumbers):
     report: str | None = None  # the verify bench, with its tune section
     playbook: str | None = None  # the copy of the playbook at k*
     reused: bool = False  # k* tuned by an earlier run for the same drafter and playbook
+    # tune.load (k per batch size): the levels, k*(level), what is served and why
+    load_levels: list[int] | None = None
+    k_by_level: dict[str, int] | None = None
+    schedule: list[list[int]] | None = None  # vLLM's [[start, end, k], ...], when kept
+    decision: str | None = None  # schedule, single_k or off
+    verdict: str | None = None
+    schedule_kept: bool | None = None  # the verification's verdict (None: nothing verified)
 
 
 class ReportOutput(StepOutput):

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport
@@ -43,6 +44,7 @@ from dflashops.up.plan import STEPS
 from dflashops.up.record import PairRecord, UpError
 from dflashops.up.smoke import smoke_request
 from dflashops.up.summary import write_run_report
+from dflashops.up.tune_load import load_line, relaunch_tuned, tune_for_load
 
 Outcome = tuple[str, StepOutput]
 StepFunction = Callable[["PairWork"], Outcome]
@@ -197,6 +199,8 @@ def step_tune(work: PairWork) -> Outcome:
         return "not run: the drafter went on over errors (--force)", TuneOutput()
     key = tune_key(book, work.drafter_files)
     earlier = work.record.tuned.get(key)
+    if book.tune.load:
+        return _step_tune_load(work, key, earlier)
     if earlier is not None:
         reused = TuneOutput.model_validate({**earlier, "reused": True})
         k = reused.best_k if reused.best_k is not None else book.server.num_speculative_tokens
@@ -237,6 +241,33 @@ def step_tune(work: PairWork) -> Outcome:
     )
     work.record.tuned[key] = output.to_record()
     return _tune_line(output), output
+
+
+def _step_tune_load(work: PairWork, key: str, earlier: dict[str, Any] | None) -> Outcome:
+    """``tune.load``: k per batch size (:mod:`dflashops.up.tune_load`), reused when an earlier
+    run tuned it for the same drafter files and playbook."""
+    if earlier is not None and earlier.get("load_levels"):
+        reused = TuneOutput.model_validate({**earlier, "reused": True})
+        line = relaunch_tuned(
+            work.inventory,
+            work.container,
+            work.playbook,
+            reused,
+            access=work.access(),
+            say=work.say,
+        )
+        return line, reused
+    output = tune_for_load(
+        work.inventory,
+        work.container,
+        work.playbook_path,
+        work.run_dir,
+        access=work.access(),
+        say=work.say,
+        files=(TUNE_FILE, TUNED_PLAYBOOK),
+    )
+    work.record.tuned[key] = output.to_record()
+    return load_line(output), output
 
 
 def _tune_line(output: TuneOutput) -> str:

@@ -3,6 +3,7 @@ what each step's inputs are, how run records are kept, and how pairs are formed.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from dflashops.errors import PlaybookError
 from dflashops.inventory.load import load_inventory
 from dflashops.playbook.load import load_playbook, resolve_playbook_path
 from dflashops.up.inputs import DrafterFiles, step_inputs, tune_asked, tune_key
+from dflashops.up.outputs import TuneOutput
 from dflashops.up.pairs import resolve_pairs
 from dflashops.up.plan import (
     STEPS,
@@ -32,6 +34,7 @@ from dflashops.up.record import (
     save_record,
 )
 from dflashops.up.request import UpRequest
+from dflashops.up.tune_load import load_line
 
 WHEN = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)
 GUESSED = DrafterFiles("aaa", "weights-1")
@@ -206,6 +209,37 @@ def test_a_tune_key_ignores_k_but_not_the_drafter_files(tmp_path: Path) -> None:
     )
     assert tune_key(book, CORRECTED) == tune_key(other_k, CORRECTED)
     assert tune_key(book, CORRECTED) != tune_key(book, GUESSED)
+    # what tune --load writes (k and a schedule) is not part of what it was tuned for; the
+    # levels it was tuned at are
+    scheduled = load_playbook(
+        lab_book(
+            tmp_path,
+            (
+                "num_speculative_tokens: 4\n",
+                "num_speculative_tokens: 4\n  speculative_schedule: [[1, 2, 4], [3, 256, 1]]\n",
+            ),
+        )
+    )
+    assert tune_key(scheduled, CORRECTED) == tune_key(book, CORRECTED)
+    loaded = book.model_copy(update={"tune": book.tune.model_copy(update={"load": [1, 16]})})
+    assert tune_key(loaded, CORRECTED) != tune_key(book, CORRECTED)
+
+
+def test_a_load_tune_output_keeps_its_schedule_through_the_record() -> None:
+    output = TuneOutput(
+        best_k=4,
+        start_k=4,
+        launches=[4, 0, 4, 4],
+        load_levels=[1, 16],
+        k_by_level={"1": 4, "16": 1},
+        schedule=[[1, 2, 4], [3, 256, 1]],
+        decision="schedule",
+        verdict="schedule kept",
+        schedule_kept=True,
+    )
+    again = TuneOutput.model_validate(json.loads(json.dumps(output.to_record())))
+    assert again == output and again.schedule == [[1, 2, 4], [3, 256, 1]]
+    assert load_line(again) == "schedule [[1, 2, 4], [3, 256, 1]] (c=1: k=4, c=16: k=1; 4 launches)"
 
 
 def test_records_round_trip_and_a_broken_one_says_how_to_start_afresh(tmp_path: Path) -> None:
