@@ -5,6 +5,7 @@ Every field may be missing; a rule that needs one it lacks says "skipped" and wh
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ from dflashops.doctor.nvidia import GpuState
 from dflashops.drafter.registry import RegistryEntry
 from dflashops.launch.status import StrayProcess
 from dflashops.metrics.log_models import LogSummary
+from dflashops.metrics.prometheus import Scrape
 from dflashops.roofline.model import RooflineSpec
 
 
@@ -48,6 +50,57 @@ class ServerCounters:
     preemptions: int | None = None  # counter delta over the window
     requests_waiting: float | None = None
     prefix_caching: bool | None = None  # vllm:cache_config_info enable_prefix_caching
+
+
+# the running-requests gauge: vLLM's, SGLang's (``dflashops.watch`` reads the same names)
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
+
+
+@dataclass(frozen=True)
+class RunningBatch:
+    """Requests the server ran (``vllm:num_requests_running``), sampled over the window.
+
+    The engine picks k per step by this batch size (a schedule's ranges), so the busy samples
+    (above zero) say which k the server served; an idle sample runs no step."""
+
+    samples: tuple[float, ...]
+    source: str
+
+    @property
+    def busy(self) -> tuple[float, ...]:
+        return tuple(value for value in self.samples if value > 0)
+
+    @property
+    def median(self) -> float | None:
+        """The median busy batch (None: idle over the whole window)."""
+        busy = sorted(self.busy)
+        if not busy:
+            return None
+        middle = len(busy) // 2
+        return busy[middle] if len(busy) % 2 else (busy[middle - 1] + busy[middle]) / 2
+
+    @classmethod
+    def from_scrapes(cls, scrapes: Sequence[Scrape | None], source: str) -> RunningBatch | None:
+        """Each scrape's running-requests gauge (summed over engines); None without one."""
+        samples: list[float] = []
+        for scrape in scrapes:
+            totals = [] if scrape is None else [scrape.total(name) for name in RUNNING]
+            value = next((total for total in totals if total is not None), None)
+            if value is not None:
+                samples.append(value)
+        return cls(samples=tuple(samples), source=source) if samples else None
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """The per-level model of the latest ``tune NAME --load`` result: its ``tune["load"]``
+    section (``dflashops.tune.load_section``), and what was benchmarked with it."""
+
+    section: dict[str, Any]
+    source: str  # the result file
+    engine: str | None = None
+    engine_version: str | None = None
+    created_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +142,8 @@ class DoctorFacts:
     roofline: RooflineSpec | None = None
     roofline_note: str | None = None
     tune_k_max: int | None = None
+    running_batch: RunningBatch | None = None  # None: not sampled
+    load_model: LoadModel | None = None  # None: no `tune NAME --load` result found
     placement: PlacementFacts | None = None  # a placement member: every member's facts
     strays: list[StrayProcess] = field(default_factory=list)  # an earlier server's leftovers
     notes: list[str] = field(default_factory=list)

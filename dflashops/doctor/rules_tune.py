@@ -5,6 +5,10 @@ acceptance curve is the one measured now; the step time needs two measured k to 
 and a running server gives one, so the slope is an assumption, stated in the finding: each draft
 token adds ``DRAFT_TOKEN_COST`` of the step time at k=0 (a batch-1 verify step reads the weights
 once whatever it checks; the drafter's share grows with k). ``dflashops tune NAME`` measures it.
+
+Under load that model is one request's. Where a ``tune NAME --load`` model covers the batch size
+the server runs, that model decides instead (:mod:`.rules_tune_load`); where it does not, this
+rule runs as before and says how to get one.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from dflashops.doctor.facts import DoctorFacts
 from dflashops.doctor.findings import Finding
 from dflashops.doctor.rules import RuleResult, ok, rates, skip
+from dflashops.doctor.rules_tune_load import judge_load
 from dflashops.errors import TuneInputError
 from dflashops.tune.acceptance import acceptance_curve
 from dflashops.tune.model import choose_k, predict
@@ -47,6 +52,26 @@ def assumed_step_cost(k: int, step_s: float) -> StepCostFit:
 
 
 def tune_gain(facts: DoctorFacts) -> RuleResult:
+    """k at the batch the server runs by the per-level model, else the concurrency-1 model."""
+    judged = judge_load(facts)
+    if judged.result is not None:
+        return judged.result
+    result = concurrency_one(facts)
+    if not judged.note:
+        return result
+    if result.findings:
+        result.findings = [
+            f.model_copy(update={"evidence": (*f.evidence, judged.note)}) for f in result.findings
+        ]
+    elif result.skipped:
+        result.skipped = f"{result.skipped}; {judged.note}"
+    else:
+        result.note = f"{result.note}; {judged.note}" if result.note else judged.note
+    return result
+
+
+def concurrency_one(facts: DoctorFacts) -> RuleResult:
+    """Acceptance collapsing before k, with one request's step-cost model (module doc)."""
     acceptance, k = facts.acceptance, facts.k
     if acceptance is None or not acceptance.per_position:
         return skip("no per-position acceptance measured")
