@@ -35,9 +35,17 @@ from dflashops.bench.server_log import RemoteServerLog
 from dflashops.bench.settings import BenchSettings
 from dflashops.bench.target import resolve_target
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
-from dflashops.doctor.facts import Acceptance, DoctorFacts, DrafterFacts, GpuFacts, ServerCounters
+from dflashops.doctor.facts import (
+    Acceptance,
+    DoctorFacts,
+    DrafterFacts,
+    GpuFacts,
+    RunningBatch,
+    ServerCounters,
+)
 from dflashops.doctor.members import gather_placement
 from dflashops.doctor.nvidia import P2P_QUERY, QUERY, parse_p2p, parse_query
+from dflashops.doctor.rules_tune_load import find_load_model
 from dflashops.drafter.fetch import fetch_model_meta
 from dflashops.drafter.files import read_drafter
 from dflashops.drafter.registry import load_registry
@@ -59,6 +67,7 @@ LOG_TAIL_BYTES = 512 * 1024
 MIN_LIVE_DRAFTS = 50
 PROBE_REQUESTS = 3
 PROBE_MAX_TOKENS = 256
+BATCH_SAMPLES = 5  # /metrics scrapes spread over the window, for the running batch
 # environment variables of the engine process that change how it drafts (never secrets)
 ENV_NAMES = ("VLLM_USE_V2_MODEL_RUNNER", "NCCL_P2P_DISABLE", "VLLM_ATTENTION_BACKEND")
 
@@ -94,6 +103,7 @@ def gather(
     if status.running and status.pid:
         facts.running_argv, facts.running_env = _process(conn, status.pid)
     _workload(facts, playbook)
+    facts.load_model, _ = find_load_model(name, Path.cwd())  # where `tune --load` saves
     _drafter(facts, conn, playbook)
     if facts.running_argv is not None:
         _acceptance(
@@ -237,10 +247,13 @@ def _acceptance(
             return
         idle = (before.total("vllm:num_requests_running") or 0.0) == 0.0
         after = before
+        window: list[Scrape | None] = [before]
         if probe is not True and not (probe is None and idle):
             say(f"{facts.container}: watching /metrics for {window_s:g} s")
-            time.sleep(window_s)
-            after = _scrape(client, endpoint) or before
+            for _ in range(BATCH_SAMPLES):
+                time.sleep(window_s / BATCH_SAMPLES)
+                window.append(_scrape(client, endpoint))
+            after = next((s for s in reversed(window) if s is not None), before)
             live = _delta(before, after)
             if live is not None and (live.num_drafts or 0) >= MIN_LIVE_DRAFTS:
                 facts.acceptance = Acceptance(
@@ -250,6 +263,10 @@ def _acceptance(
                     num_drafts=live.num_drafts or 0,
                     source=f"live traffic over {window_s:g} s (/metrics deltas)",
                 )
+        # the window only: a probe's own requests are not the server's load
+        facts.running_batch = RunningBatch.from_scrapes(
+            window, f"/metrics, {len(window)} scrapes over {window_s:g} s"
+        )
         if facts.acceptance is None and probe is not False:
             _probe(facts, inventory, conn, playbook, say)
             after = _scrape(client, endpoint) or after

@@ -12,6 +12,7 @@ import pytest
 
 from dflashops.bench.models import BenchReport
 from dflashops.inventory.load import load_inventory
+from dflashops.playbook.load import load_playbook
 from dflashops.proxmox.apply import provision
 from tests.support.lab import isolated_lab_env, require_lab, run_cli
 from tests.support.vllm_servers import runtime_or_skip
@@ -134,3 +135,72 @@ def test_live_compare_benches_each_method(lab: tuple[dict[str, str], Path], tmp_
         run_cli(env, "report", str(out), "--plots", str(tmp_path / "plots"), "--json").stdout
     )["plots"]
     assert str(tmp_path / "plots" / "compare_methods.png") in plots
+
+
+def test_load_tune_serves_a_schedule_or_says_why_not(
+    lab: tuple[dict[str, str], Path],
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Issue 34 on the lab (CPU, noisy: the mechanics, not the speed): levels 1 and 16, two
+    launches of one k, the decision, the schedule launched and verified when there is one, the
+    tuned playbook valid and the server left on what it says. (At levels 1 and 4 the lab's
+    DFlash drafter wins at both, so no schedule is rendered; at 16 speculation off wins, and on
+    2026-12-04 the served schedule was refused: 1347.7 against 3242.9 tok/s at c=16.)"""
+    env, inventory_path = lab
+    book = tmp_path / "lab-dflash.yaml"
+    book.write_text((REPO / "playbooks" / "lab-dflash.yaml").read_text(encoding="utf-8"))
+    out = tmp_path / "tune-load.json"
+    args = ["-i", str(inventory_path), "tune", "lab-ct1", "-p", str(book), "--load", "1,16"]
+    done = run_cli(env, *args, "--budget", "2", "--out", str(out), "--json", timeout=540)
+    summary = json.loads(done.stdout)
+    record_property("tune_load", summary)
+    print(f"load tune: {json.dumps(summary)}")
+    assert summary["mode"] == "load" and set(summary["k_by_level"]) == {"1", "16"}
+    launches = summary["launches"]
+    assert launches[:2] == [4, 0]  # the playbook's k, then speculation off
+    kept = summary["kept_schedule"] or summary["kept_k"] or 4
+    assert launches[-1] == kept, "the server is left on what the playbook now says"
+    if summary["decision"] == "schedule":
+        assert summary["verdict"] is not None
+        assert any(isinstance(served, list) for served in launches)
+        levels = {row["level"] for row in summary["verdict"]["levels"]}
+        assert levels == {1, 16}
+    else:
+        assert summary["verdict"] is None and summary["kept_schedule"] is None
+
+    tuned = load_playbook(book)
+    assert tuned.server.num_speculative_tokens == (summary["kept_k"] or 4)
+    schedule = tuned.server.speculative_schedule
+    written = [list(entry) for entry in schedule] if schedule else None
+    assert written == summary["kept_schedule"]
+    assert "# tune --load " in book.read_text(encoding="utf-8")
+
+    report = BenchReport.load(out)
+    assert report.tune is not None and report.tune["load"]["levels"] == [1, 16]
+    plots = json.loads(
+        run_cli(env, "report", str(out), "--plots", str(tmp_path / "plots"), "--json").stdout
+    )["plots"]
+    assert any("load" in Path(plot).name for plot in plots), plots
+
+
+def test_a_hand_written_schedule_is_served_by_the_real_engine(
+    lab: tuple[dict[str, str], Path], tmp_path: Path
+) -> None:
+    """Whatever the noisy CPU lets the load tune decide, vLLM 0.32 itself takes a schedule as
+    dflashops renders it (k = 0 in a range included) and serves at both sides of the switch."""
+    env, inventory_path = lab
+    book = tmp_path / "lab-dflash.yaml"
+    book.write_text((REPO / "playbooks" / "lab-dflash.yaml").read_text(encoding="utf-8"))
+    common = ["-i", str(inventory_path)]
+    schedule = "server.speculative_schedule=[[1, 1, 4], [2, 256, 0]]"
+    run_cli(env, *common, "launch", "lab-ct1", "-p", str(book), "--set", schedule, timeout=400)
+    status = json.loads(run_cli(env, *common, "status", "lab-ct1", "--json").stdout)
+    assert "num_speculative_tokens_per_batch_size" in json.dumps(status), status
+    out = tmp_path / "bench.json"
+    bench = ["bench", "lab-ct1", "-p", str(book), "-c", "1,4", "-n", "4", "--out", str(out)]
+    run_cli(env, *common, *bench, timeout=300)
+    report = BenchReport.load(out)
+    for level in (1, 4):
+        measured = report.level(level)
+        assert measured is not None and measured.completed == 4 and measured.failed == 0
