@@ -26,23 +26,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport
 from dflashops.bench.settings import BenchSettings
 from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.deployment.playbooks import playbook_for_container
 from dflashops.errors import TuneInputError
 from dflashops.inventory.load import Inventory
-from dflashops.launch.core import launch
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
 from dflashops.progress import Say, quiet
 from dflashops.pydantic_errors import first_error_line
 from dflashops.remote import SshConnection
-from dflashops.roofline.request import RooflineRequest
 from dflashops.tune.k_ceiling import dflash_k_ceiling
 from dflashops.tune.model import TuneResult, TuneSettings
 from dflashops.tune.plan import Probe, TunePlan
+from dflashops.tune.probes import ProbeBench
 from dflashops.tune.request import LiveTuneRequest
 from dflashops.tune.runs import TuneRun, measured_throughput
 from dflashops.tune.source import run_from_report
@@ -216,7 +214,7 @@ def live_tune(
             current_k=current_k,
         )
         steps = _ContainerSteps(inventory, request, book, tell, access)
-        outcome = run_live_tune(plan, steps.launch, steps.measure, tell)
+        outcome = run_live_tune(plan, steps.launch_k, steps.measure, tell)
     text = path.read_text(encoding="utf-8")
     change = k_line_change(text, outcome.best_k)
     if request.write_playbook and change is not None:
@@ -274,9 +272,8 @@ def _within_drafter(
     return settings.model_copy(update={"k_max": ceiling})
 
 
-class _ContainerSteps:
-    """The loop's real ``launch(k)`` and ``measure(k)`` on one container; every bench is kept
-    in memory (and saved to ``probe_dir`` when the request names one)."""
+class _ContainerSteps(ProbeBench):
+    """The loop's real ``launch(k)`` and ``measure(k)`` on one container, at concurrency 1."""
 
     def __init__(
         self,
@@ -286,44 +283,19 @@ class _ContainerSteps:
         say: Say,
         access: ContainerAccess,
     ) -> None:
-        self.inventory = inventory
-        self.access = access
-        self.request = request
-        self.book = book
-        self.say = say
         # the workload is read once: the bench section does not change with k
-        self.settings = BenchSettings.from_playbook(
-            book, concurrency=(1,), requests=request.requests
-        )
-        self.reports: list[BenchReport] = []
-        self.files: list[Path] = []
+        settings = BenchSettings.from_playbook(book, concurrency=(1,), requests=request.requests)
+        super().__init__(inventory, request, settings=settings, say=say, access=access)
+        self.book = book
 
-    def launch(self, k: int) -> None:
-        launch(
-            self.inventory,
-            self.request.container,
-            playbook_at_k(self.book, k),
-            progress=self.say,
-            access=self.access,
-        )
+    def launch_k(self, k: int) -> None:
+        self.launch(playbook_at_k(self.book, k))
 
     def measure(self, k: int) -> TuneRun:
         container = self.request.container
-        settings = self.settings.model_copy(update={"label": f"{container} k={k}"})
-        # every bench carries the bandwidth roofline on a GPU server (a note on a CPU one)
-        report = bench_container(
-            self.inventory,
-            container,
+        report, origin = self.bench(
             playbook_at_k(self.book, k),
-            settings,
-            progress=self.say,
-            roofline=RooflineRequest(),
-            connection=self.access.conn,
+            f"{container} k={k}",
+            f"tune-{container}-{len(self.reports) + 1}-k{k}",
         )
-        self.reports.append(report)
-        origin = f"probe {len(self.reports)}"
-        if self.request.probe_dir is not None:
-            name = f"tune-{container}-{len(self.reports)}-k{k}.json"
-            self.files.append(report.save(self.request.probe_dir / name))
-            origin = name
         return run_from_report(report, origin)

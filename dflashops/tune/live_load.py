@@ -22,14 +22,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport
 from dflashops.bench.settings import BenchSettings
 from dflashops.deployment.access import ContainerAccess, connect
 from dflashops.deployment.playbooks import playbook_for_container
 from dflashops.errors import TuneInputError
 from dflashops.inventory.load import Inventory
-from dflashops.launch.core import launch
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
 from dflashops.progress import Say, quiet
@@ -41,6 +39,7 @@ from dflashops.tune.load_schedule import ScheduleDecision, decide
 from dflashops.tune.load_section import load_section
 from dflashops.tune.load_settings import LoadSettings
 from dflashops.tune.load_verdict import ScheduleVerdict, judge_schedule
+from dflashops.tune.probes import ProbeBench
 from dflashops.tune.request import LiveTuneRequest
 from dflashops.tune.schedule import schedule_support
 
@@ -257,7 +256,7 @@ def live_load_tune(
         )
         outcome = run_load_tune(
             plan,
-            steps.launch,
+            steps.launch_served,
             steps.measure,
             tell,
             engine=book.engine.name,
@@ -277,8 +276,8 @@ def live_load_tune(
     return LiveLoadReport(outcome, steps.reports, path, text, steps.files)
 
 
-class _LoadSteps:
-    """The real ``launch(served)`` and ``measure(served)`` on one container."""
+class _LoadSteps(ProbeBench):
+    """The real ``launch(served)`` and ``measure(served)`` on one container, at every level."""
 
     def __init__(
         self,
@@ -290,40 +289,20 @@ class _LoadSteps:
         access: ContainerAccess,
         levels: Sequence[int],
     ) -> None:
-        self.inventory, self.request, self.book, self.say = inventory, request, book, say
-        self.access = access
         requests = max(request.requests or book.bench.requests, REQUESTS_PER_SLOT * max(levels))
-        self.settings = BenchSettings.from_playbook(
-            book, concurrency=tuple(levels), requests=requests
-        )
-        self.reports: list[BenchReport] = []
-        self.files: list[Path] = []
+        settings = BenchSettings.from_playbook(book, concurrency=tuple(levels), requests=requests)
+        super().__init__(inventory, request, settings=settings, say=say, access=access)
+        self.book = book
 
-    def launch(self, served: Served) -> None:
-        launch(
-            self.inventory,
-            self.request.container,
-            served_playbook(self.book, served),
-            progress=self.say,
-            access=self.access,
-        )
+    def launch_served(self, served: Served) -> None:
+        self.launch(served_playbook(self.book, served))
 
     def measure(self, served: Served) -> list[LevelRun]:
         container = self.request.container
-        label = f"{container} schedule" if isinstance(served, list) else f"{container} k={served}"
-        report = bench_container(
-            self.inventory,
-            container,
+        name = "schedule" if isinstance(served, list) else f"k{served}"
+        report, origin = self.bench(
             served_playbook(self.book, served),
-            self.settings.model_copy(update={"label": label}),
-            progress=self.say,
-            connection=self.access.conn,
+            f"{container} {'schedule' if isinstance(served, list) else f'k={served}'}",
+            f"tune-load-{container}-{len(self.reports) + 1}-{name}",
         )
-        self.reports.append(report)
-        origin = f"load probe {len(self.reports)}"
-        if self.request.probe_dir is not None:
-            name = "schedule" if isinstance(served, list) else f"k{served}"
-            file = self.request.probe_dir / f"tune-load-{container}-{len(self.reports)}-{name}.json"
-            self.files.append(report.save(file))
-            origin = file.name
         return level_runs_from_report(report, origin)
