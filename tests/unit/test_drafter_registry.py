@@ -54,6 +54,22 @@ def test_bundled_entries() -> None:
     }
 
 
+
+def test_every_checkpoint_family_has_bundled_references() -> None:
+    """Each family with a checkpoint has published entries to compare against; the MTP and
+    draft-model entries are the targets and draft pairs their rules were read against."""
+    by_family: dict[str, set[str]] = {}
+    for entry in REGISTRY.entries:
+        by_family.setdefault(entry.family, set()).add(entry.name)
+    assert {"deepseek-ai/DeepSeek-V3", "zai-org/GLM-4.5-Air"} <= by_family["mtp"]
+    assert "Qwen/Qwen3-Next-80B-A3B-Instruct" in by_family["mtp"]
+    assert {"Qwen/Qwen3-4B", "meta-llama/Llama-3.2-3B"} <= by_family["draft_model"]
+    assert "meta-llama/Llama-3.2-1B-Instruct" in by_family["draft_model"]
+    assert "SpecForge/qwen3-4b-eagle3" in by_family["eagle3"]
+    assert "yuhuili/EAGLE-LLaMA3-Instruct-8B" in by_family["eagle"]
+    assert set(by_family) >= {"dflash", "dflash2", "dspark", "eagle3", "eagle", "mtp"}
+    assert sum(map(len, by_family.values())) >= 20
+
 LAB_REF = "dflashops-lab/tiny-qwen3-dflash"
 
 
