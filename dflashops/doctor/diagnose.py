@@ -4,7 +4,14 @@ Pure: no network, no files. ``doctor`` calls it on gathered facts, tests on reco
 
 from __future__ import annotations
 
-from dflashops.doctor import rules_drafter, rules_gpu, rules_members, rules_server, rules_tune
+from dflashops.doctor import (
+    rules_drafter,
+    rules_drafter_check,
+    rules_gpu,
+    rules_members,
+    rules_server,
+    rules_tune,
+)
 from dflashops.doctor.facts import DoctorFacts
 from dflashops.doctor.findings import Check, Finding, rank
 from dflashops.doctor.rules import Rule, skip
@@ -14,6 +21,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("server", rules_server.config_drift),
     ("strays", rules_server.strays),
     ("drafter-config", rules_drafter.drafter_config),
+    ("drafter-check", rules_drafter_check.drafter_check),
     ("thinking-mode", rules_drafter.thinking_mode),
     ("engine", rules_drafter.engine_support),
     ("tune", rules_tune.tune_gain),

@@ -15,6 +15,7 @@ from dflashops.doctor.members import PlacementFacts
 from dflashops.doctor.nvidia import GpuState
 from dflashops.drafter.registry import RegistryEntry
 from dflashops.launch.status import StrayProcess
+from dflashops.launch.validation import DrafterValidation
 from dflashops.metrics.log_models import LogSummary
 from dflashops.metrics.prometheus import Scrape
 from dflashops.roofline.model import RooflineSpec
@@ -120,6 +121,16 @@ class DrafterFacts:
     config: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class DrafterCheckFacts:
+    """The playbook method's drafter check, run on the container's files now, and the
+    command that shows it in full."""
+
+    validation: DrafterValidation
+    method: str
+    command: str
+
+
 @dataclass
 class DoctorFacts:
     container: str
@@ -132,6 +143,8 @@ class DoctorFacts:
     speculative_config: dict[str, Any] | None = None
     entry: RegistryEntry | None = None
     drafter: DrafterFacts | None = None
+    drafter_check: DrafterCheckFacts | None = None
+    drafter_check_note: str = ""  # why it was not run
     workload_thinking: bool | None = None  # the playbook's bench.thinking (what clients send)
     workload_source: str = ""
     acceptance: Acceptance | None = None

@@ -35,6 +35,7 @@ from dflashops.bench.server_log import RemoteServerLog
 from dflashops.bench.settings import BenchSettings
 from dflashops.bench.target import resolve_target
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
+from dflashops.doctor.drafter_check import check_drafter
 from dflashops.doctor.facts import (
     Acceptance,
     DoctorFacts,
@@ -105,6 +106,9 @@ def gather(
     _workload(facts, playbook)
     facts.load_model, _ = find_load_model(name, Path.cwd())  # where `tune --load` saves
     _drafter(facts, conn, playbook)
+    facts.drafter_check, facts.drafter_check_note = check_drafter(
+        conn, playbook, facts.container, facts.method
+    )
     if facts.running_argv is not None:
         _acceptance(
             facts,

@@ -75,6 +75,10 @@ def test_doctor_ranks_the_guessed_config_first_then_clears_it(
     assert first["fix"].startswith("dflashops drafter push lab-ct1")
     assert report["measured"]["per_position_acceptance"][0] < 0.2
     assert report["measured"]["num_drafts"] >= 20
+    # the method's drafter check, run again on the served files, says why launch refused them
+    (check,) = [f for f in report["findings"] if f["rule"] == "drafter-check"]
+    assert check["severity"] == "critical" and check["evidence"][0].startswith("error: "), check
+    assert "dflashops drafter check lab-ct1:" in check["fix"] and "--method dflash" in check["fix"]
     # the broken drafter is not "tuned": its curve is noise until the config is fixed
     assert not [f for f in report["findings"] if f["rule"] == "tune"]
     # the human table through a pipe: ranked rows, keys and the fixing command unbroken
@@ -97,6 +101,7 @@ def test_doctor_ranks_the_guessed_config_first_then_clears_it(
     assert after.measured["per_position_acceptance"][0] >= 0.3, after.measured
     checks = {c.rule: c.outcome for c in after.checks}
     assert checks["drafter-config"] == "ok" and checks["server"] == "ok", after.checks
+    assert checks["drafter-check"] == "ok", after.checks
 
     # the rules below need no acceptance numbers: one short scrape window, no probe
     quick = DoctorRequest("lab-ct1", window_s=1.0, probe=False)
