@@ -54,7 +54,6 @@ def test_bundled_entries() -> None:
     }
 
 
-
 def test_every_checkpoint_family_has_bundled_references() -> None:
     """Each family with a checkpoint has published entries to compare against; the MTP and
     draft-model entries are the targets and draft pairs their rules were read against."""
@@ -69,6 +68,7 @@ def test_every_checkpoint_family_has_bundled_references() -> None:
     assert "yuhuili/EAGLE-LLaMA3-Instruct-8B" in by_family["eagle"]
     assert set(by_family) >= {"dflash", "dflash2", "dspark", "eagle3", "eagle", "mtp"}
     assert sum(map(len, by_family.values())) >= 20
+
 
 LAB_REF = "dflashops-lab/tiny-qwen3-dflash"
 
