@@ -23,6 +23,12 @@ from typing import Literal
 from dflashops.drafter.family_names import Family
 from dflashops.drafter.result import Finding
 from dflashops.errors import DrafterError
+from dflashops.playbook.engine_methods import (  # the one table of first releases per method
+    SGLANG_FIRST_DFLASH,
+    SGLANG_FIRST_DSPARK,
+    VLLM_FIRST_DFLASH,
+    VLLM_FIRST_DSPARK,
+)
 
 EngineName = Literal["vllm", "sglang"]
 Version = tuple[int, int, int]
@@ -31,21 +37,17 @@ V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 
 _SPEC = re.compile(r"^\s*(vllm|sglang)\s*==\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?([.+\-a-z0-9]*)\s*$")
 
-VLLM_FIRST_DFLASH: Version = (0, 20, 0)
 VLLM_LAYER_ID_FIX: Version = (0, 22, 0)
 VLLM_READS_LAYER_TYPES: Version = (0, 25, 0)
 VLLM_MIXED_ON_V2: Version = (0, 26, 0)
 VLLM_MIXED_ANY_RUNNER: Version = (0, 34, 0)
-SGLANG_FIRST_DFLASH: Version = (0, 5, 11)
 MIXED_OK = f"vllm>=0.26.0 (with {V2_RUNNER_ENV}=1 before 0.34)"
 
 VLLM_FIRST_DFLASH2: Version = (0, 28, 0)
 SGLANG_FIRST_DFLASH2: Version = (0, 5, 19)
 DFLASH2_RUNS = "vllm>=0.28.0 or sglang>=0.5.19 (llama.cpp: since ggml-org/llama.cpp#27342)"
 
-VLLM_FIRST_DSPARK: Version = (0, 25, 0)
 VLLM_DSPARK_QWEN3_REWRITE: Version = (0, 34, 0)
-SGLANG_FIRST_DSPARK: Version = (0, 5, 16)
 SGLANG_DSPARK_DRAFT_CLASS: Version = (0, 5, 17)
 SGLANG_TOP_LEVEL_MASK: Version = (0, 5, 18)
 DSPARK_RUNS = "vllm>=0.25.0 or sglang>=0.5.16"

