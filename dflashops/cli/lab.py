@@ -32,10 +32,20 @@ def up(as_json: bool) -> None:
     from dflashops.lab.control import lab_up
     from dflashops.lab.mounts import lab_mounts
 
+    mounts = lab_mounts()
     with spinner("starting the lab", enabled=not as_json) as say:
-        status = lab_up(mounts=lab_mounts(), progress=say)
+        status = lab_up(mounts=mounts, progress=say)
+    # bind mounts are made when the containers start: a runtime cached since then (lab models
+    # --engine) is not in a lab that was already running
+    unmounted = sorted(set(mounts) - set(status.mounts))
+    if unmounted:
+        click.echo(
+            f"note: not mounted in the running lab: {', '.join(unmounted)} (cached after it came "
+            "up); `dflashops lab down` then `dflashops lab up` mounts it",
+            err=True,
+        )
     if as_json:
-        click.echo(dump_json(status.to_json()))
+        click.echo(dump_json({**status.to_json(), "unmounted": unmounted}))
         return
     click.echo(f"lab up: PVE API {status.api_url} (CA {status.ca_file})")
     click.echo(f"inventory: {status.inventory}")

