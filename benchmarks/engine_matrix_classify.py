@@ -29,7 +29,7 @@ HARNESS = re.compile(
 _ERROR = re.compile(r"\b([A-Za-z_][\w.]*(Error|Exception)|Killed|Segmentation fault)\b")
 # wrapper lines that say an engine failed, not why
 _GENERIC = re.compile(
-    r"Engine core initialization failed|See root cause above|EngineDeadError|"
+    r"Engine core initialization failed|See root cause above|EngineDeadError|Worker failed with|"
     r"died unexpectedly|Traceback|APIServer|raise |^\s*File \"",
     re.IGNORECASE,
 )
@@ -104,10 +104,11 @@ def strip_log_prefix(line: str) -> str:
 
 
 def engine_error(log_text: str) -> str | None:
-    """The engine's own error line: the last exception line that says why (vLLM's wrappers,
-    'Engine core initialization failed. See root cause above', are skipped when a cause is
-    there), without vLLM's process and logging prefix. Lines vLLM logs at INFO or WARNING
-    (an optional import that failed at start-up) are not errors."""
+    """The engine's own error line: the first exception line that says why (vLLM's wrappers,
+    'Worker failed with error …', 'Engine core initialization failed. See root cause above',
+    are skipped when a cause is there; what fails after the cause, while the processes shut
+    down, is not the reason), without vLLM's process and logging prefix. Lines vLLM logs at
+    INFO or WARNING (an optional import that failed at start-up) are not errors."""
     found = []
     for raw in log_text.splitlines():
         if _QUIET.match(raw.strip()):
@@ -117,7 +118,7 @@ def engine_error(log_text: str) -> str | None:
             found.append(line)
     specific = [line for line in found if not _GENERIC.search(line)]
     pick = specific or found
-    return pick[-1] if pick else None
+    return pick[0] if pick else None
 
 
 def short_engine(line: str) -> str:

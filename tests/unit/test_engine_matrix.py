@@ -688,3 +688,11 @@ def test_a_run_records_every_cell_resumes_and_removes_what_it_installed(
     assert fake.calls.count("launch") == 8  # 4 cells x (render + launch)
     assert doc["runtimes"]["0.25.1"]["removed"] is False
     assert doc["runtimes"]["0.25.1"]["installed_by_matrix"] is True
+
+
+def test_the_engine_error_is_the_first_cause_not_a_wrapper_or_the_shutdown_noise() -> None:
+    log = REPO / "tests/fixtures/launch/logs/real-vllm-0.20.0-cpu-ngram-start-failure.log"
+    assert classify.engine_error(log.read_text()) == (
+        "TypeError: _rejection_greedy_sample_kernel_impl() got an unexpected keyword argument "
+        "'SYNTHETIC_MODE'"
+    )

