@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import click
 
 from dflashops.cli.context import AppContext, dump_json
-from dflashops.cli.progress import spinner
+from dflashops.cli.fleet_view import LaterTell, fleet_lines, parallel_option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,9 +38,16 @@ STATUS_STYLE = {
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Apply without asking.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (the report).")
+@parallel_option
 @pass_app
 def provision(
-    app: AppContext, names: tuple[str, ...], dry_run: bool, yes: bool, as_json: bool
+    app: AppContext,
+    *,
+    names: tuple[str, ...],
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    parallel: int | None,
 ) -> None:
     """Plan, then create or change containers (all when no NAME is given).
 
@@ -51,23 +59,33 @@ def provision(
     (NVIDIA userspace driver, /dev/shm). Containers without the dflashops
     tag, or whose name differs, are refused and never touched. The plan
     shown is the plan applied; it is made again only if PVE changed meanwhile.
+
+    \b
+    Containers are planned and provisioned at once, --parallel at a time
+    (creation too, within a node as across nodes); one that fails never
+    stops the others, the report keeps inventory order, and the exit code
+    is 1 when any failed or was refused.
     """
+    from contextlib import closing
+
     from dflashops.proxmox.apply import ProvisionRequest, apply_provision, plan_provision
     from dflashops.proxmox.errors import ProvisionError
 
-    request = ProvisionRequest(app.inventory(), names)
-    with spinner("planning", enabled=not as_json) as say:
-        plan = plan_provision(request, progress=say)
-    shown = plan.report()
-    if dry_run:
-        _finish(shown, as_json, _console(err=as_json))
-        return
-    if not yes and shown.needs_confirmation:
-        _render_report(shown, _console(err=as_json))
-        if not _ask("Apply these changes?", unattended="changes need confirmation"):
-            raise ProvisionError("nothing changed: not confirmed")
-    with spinner("provisioning", enabled=not as_json) as say:
-        report = apply_provision(plan, progress=say)
+    request = ProvisionRequest(app.inventory(), names, parallel=parallel)
+    chosen = [ct.name for ct in request.inventory.select(names)]
+    with fleet_lines("planning", chosen, enabled=not as_json) as tell:
+        plan = plan_provision(request, tell=tell)
+    with closing(plan):
+        shown = plan.report()
+        if dry_run:
+            _finish(shown, as_json, _console(err=as_json))
+            return
+        if not yes and shown.needs_confirmation:
+            _render_report(shown, _console(err=as_json))
+            if not _ask("Apply these changes?", unattended="changes need confirmation"):
+                raise ProvisionError("nothing changed: not confirmed")
+        with fleet_lines("provisioning", chosen, enabled=not as_json) as tell:
+            report = apply_provision(plan, tell=tell)
     _finish(report, as_json, _console())
 
 
@@ -153,19 +171,30 @@ def _render_container(entry: ContainerReport, out: Console) -> None:
 @click.command("destroy")
 @click.argument("names", nargs=-1, required=True)
 @click.option("--yes", "-y", is_flag=True, help="Destroy without asking.")
+@parallel_option
 @pass_app
-def destroy(app: AppContext, names: tuple[str, ...], yes: bool) -> None:
-    """Stop and delete managed containers (purge=1). Others are refused, never touched."""
+def destroy(app: AppContext, names: tuple[str, ...], yes: bool, parallel: int | None) -> None:
+    """Stop and delete managed containers (purge=1). Others are refused, never touched.
+
+    Containers are destroyed at once, --parallel at a time; one that fails
+    never stops the others; exit 1 when any failed or was refused."""
     from dflashops.proxmox.errors import ProvisionError
     from dflashops.proxmox.lifecycle import destroy as run_destroy
 
     inv = app.inventory()
+    chosen = [ct.name for ct in inv.select(names)]
+    later = LaterTell()
+    with ExitStack() as display:
 
-    def confirm(targets: list[DestroyResult]) -> bool:
-        _render_destroy(targets)
-        return yes or _ask("Destroy these containers?", unattended="destroy needs confirmation")
+        def confirm(targets: list[DestroyResult]) -> bool:
+            _render_destroy(targets)
+            asked = "Destroy these containers?"
+            if not yes and not _ask(asked, unattended="destroy needs confirmation"):
+                return False
+            later.start(display.enter_context(fleet_lines("destroying", chosen)))
+            return True
 
-    results = run_destroy(inv, names, confirm=confirm, progress=None)
+        results = run_destroy(inv, names, confirm=confirm, parallel=parallel, tell=later)
     _render_destroy(results)
     failed = [r for r in results if r.outcome in ("refused", "failed")]
     if failed:
@@ -174,16 +203,15 @@ def destroy(app: AppContext, names: tuple[str, ...], yes: bool) -> None:
 
 def _render_destroy(results: list[DestroyResult]) -> None:
     for r in results:
-        vmid = f" (vmid {r.vmid})" if r.vmid is not None else ""
-        note = f": {r.note}" if r.note else ""
-        click.echo(f"{r.name}{vmid} on {r.node}: {r.outcome}{note}")
+        click.echo(r.line())
 
 
 @click.command("status")
 @click.argument("names", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@parallel_option
 @pass_app
-def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
+def status(app: AppContext, names: tuple[str, ...], as_json: bool, parallel: int | None) -> None:
     """One view per container: PVE state, vmid, node, address, tags (and the server, once
     launched).
 
@@ -197,10 +225,14 @@ def status(app: AppContext, names: tuple[str, ...], as_json: bool) -> None:
     Exits 1 when a row could not be read (PVE unreachable: state "error"), is refused (the
     name or vmid holds a container without the dflashops tag, which no command will touch),
     or is a member of a degraded placement (the line names the member that is down); the
-    table or --json document is printed first."""
+    table or --json document is printed first. PVE is read once per cluster, the containers'
+    servers --parallel at a time; rows keep inventory order."""
     from dflashops.status import status_failure, status_rows
 
-    entries = status_rows(app.inventory(), names)
+    inv = app.inventory()
+    chosen = [ct.name for ct in inv.select(names)]
+    with fleet_lines("status", chosen, enabled=not as_json) as tell:
+        entries = status_rows(inv, names, parallel=parallel, tell=tell)
     if as_json:
         click.echo(dump_json([e.model_dump(mode="json") for e in entries]))
     else:

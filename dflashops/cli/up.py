@@ -33,9 +33,10 @@ pass_app = click.make_pass_decorator(AppContext)
 @click.option(
     "--parallel",
     type=click.IntRange(1, 64),
-    default=2,
-    show_default=True,
-    help="Pairs run at once (PVE work on one node still goes one at a time).",
+    default=None,
+    metavar="N",
+    help="Pairs at once. [default: 2 for a run (each loads a model and benches); for "
+    "--dry-run, which only reads, the inventory's parallel, 8 unless set]",
 )
 @click.option(
     "--fix-drafter",
@@ -74,7 +75,7 @@ def up(
     containers: tuple[str, ...],
     dry_run: bool,
     from_step: str | None,
-    parallel: int,
+    parallel: int | None,
     fix_drafter: bool,
     force: bool,
     wait: bool,

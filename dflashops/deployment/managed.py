@@ -37,12 +37,20 @@ class ManagedCheck:
     skipped: bool = False
 
 
-def confirm_managed(inventory: Inventory, name: str, *, skip: bool = False) -> ManagedCheck:
+def confirm_managed(
+    inventory: Inventory,
+    name: str,
+    *,
+    skip: bool = False,
+    resources: list[Resource] | None = None,
+) -> ManagedCheck:
     """Ask PVE whether ``name`` is a running-or-stopped container dflashops manages.
 
     Raises :class:`UnmanagedContainerError` naming what differs (no tag, another hostname at the
     vmid, no such container) or, when PVE cannot be reached or refuses the login, naming
-    :data:`SKIP_FLAG`. With ``skip`` PVE is not asked and a warning says so.
+    :data:`SKIP_FLAG`. With ``skip`` PVE is not asked and a warning says so. ``resources``: the
+    cluster's listing when the caller read it already (a command over many containers reads
+    it once, not once per container).
     """
     ct = inventory.container(name)
     if skip:
@@ -51,6 +59,8 @@ def confirm_managed(inventory: Inventory, name: str, *, skip: bool = False) -> M
             f"whether it is a container dflashops manages (tag {MANAGED_TAG!r}, hostname, vmid)"
         )
         return ManagedCheck(name, None, None, skipped=True)
+    if resources is not None:
+        return _judge(ct, resources)
     try:
         resources = list_resources(PveClient.for_cluster(inventory, ct.cluster))
     except ProxmoxError as exc:

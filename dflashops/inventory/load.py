@@ -10,7 +10,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from dflashops.errors import InventoryError, SecretError, UnknownNameError
-from dflashops.inventory.models import Cluster, Container, InventoryFile, Node, PasswordAuth
+from dflashops.inventory.models import (
+    DEFAULT_PARALLEL,
+    Cluster,
+    Container,
+    InventoryFile,
+    Node,
+    PasswordAuth,
+)
 from dflashops.overrides import Override, deep_merge, parse_overrides
 from dflashops.pydantic_errors import Loc, dotted, first_error
 from dflashops.secrets import SecretRef
@@ -28,6 +35,8 @@ class Inventory:
     #: the operator's ``--skip-pve-check`` for this run: reach containers at the inventory's
     #: address without asking PVE that they are ones dflashops manages (PVE is down)
     pve_check_skipped: bool = False
+    #: how many containers a command works on at once (``parallel:``; ``--parallel`` wins)
+    parallel: int = DEFAULT_PARALLEL
 
     def without_pve_check(self) -> Inventory:
         """This inventory, trusted without asking PVE (see :attr:`pve_check_skipped`)."""
@@ -78,6 +87,7 @@ class Inventory:
         """The merged inventory as plain data with secrets shown only as their references."""
         return {
             "path": str(self.path),
+            "parallel": self.parallel,
             "clusters": {
                 name: cluster.model_dump(mode="json") for name, cluster in self.clusters.items()
             },
@@ -98,7 +108,13 @@ def load_inventory(path: Path, overrides: Iterable[str | Override] = ()) -> Inve
         name: _merge_container(name, parsed, doc, per_container.get(name, []))
         for name in parsed.containers
     }
-    return Inventory(path=path, clusters=parsed.clusters, containers=containers, doc=doc)
+    return Inventory(
+        path=path,
+        clusters=parsed.clusters,
+        containers=containers,
+        doc=doc,
+        parallel=parsed.parallel,
+    )
 
 
 def _overrides_by_container(

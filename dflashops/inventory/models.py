@@ -33,6 +33,8 @@ BRIDGE_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$"  # a Linux interface name (IFN
 STORAGE_RE = r"^[A-Za-z][A-Za-z0-9_.-]*$"  # PVE's pve-storage-id
 PROPERTY_UNSAFE = re.compile(r"[,=\s\x00-\x1f\x7f]")
 MANAGED_TAG = "dflashops"
+DEFAULT_PARALLEL = 8  # containers a command works on at once (Terraform's default is 10)
+MAX_PARALLEL = 64
 Passthrough = Literal["auto", "devN", "raw"]
 NvidiaDriver = Literal["install", "expect-present", "skip"]
 
@@ -311,6 +313,13 @@ class InventoryFile(Strict):
     """The document as written (before defaults and groups are merged into containers)."""
 
     version: Literal[1] = 1
+    parallel: int = Field(
+        DEFAULT_PARALLEL,
+        ge=1,
+        le=MAX_PARALLEL,
+        description="how many containers status, provision, destroy and up work on at once "
+        "(--parallel N overrides it)",
+    )
     clusters: dict[Name, Cluster] = Field(min_length=1)
     defaults: ContainerVars = ContainerVars()
     groups: dict[Name, Group] = {}

@@ -37,6 +37,7 @@ T = TypeVar("T")
 
 DEFAULT_LOCK_WAIT_S = 300.0
 DEFAULT_TASK_TIMEOUT_S = 600.0
+FIRST_POLL_S = 0.1  # a task's first status poll; the next ones wait twice as long, up to poll_s
 # PVE's messages for a guest whose config is locked (``check_lock``) or whose config flock timed
 # out; both clear by themselves, so they are waited for, never "fixed" (``pct unlock`` is the
 # operator's call).
@@ -128,6 +129,15 @@ class PveClient:
             self.api = ProxmoxAPI(url.hostname, backend="https", **kwargs)
         self._version: dict[str, Any] | None = None
 
+    def share_between_threads(self, connections: int = 64) -> None:
+        """Keep up to ``connections`` HTTPS connections open, one per thread that calls at once
+        (requests keeps 10 per host and, past that, opens and drops one per call)."""
+        from requests.adapters import HTTPAdapter
+
+        session = getattr(self.api, "_store", {}).get("session")  # proxmoxer's requests.Session
+        if session is not None:
+            session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=connections))
+
     @classmethod
     def for_cluster(cls, inventory: Inventory, cluster_name: str) -> PveClient:
         """A client for one of the inventory's clusters (its secret resolved now)."""
@@ -168,14 +178,17 @@ class PveClient:
         node = upid_node(upid)
         deadline = time.monotonic() + timeout_s
         seen = 0
+        delay = min(FIRST_POLL_S, poll_s)
         while True:
             status = self.get(f"nodes/{node}/tasks/{upid}/status")
-            lines = self._task_log(node, upid)
+            stopped = status.get("status") == "stopped"
+            # the log is read for someone who shows it, or for the end (its tail explains)
+            lines = self._task_log(node, upid) if progress is not None or stopped else []
             if progress is not None:
                 for line in lines[seen:]:
                     progress(line)
             seen = len(lines)
-            if status.get("status") == "stopped":
+            if stopped:
                 result = TaskResult(upid, node, str(status.get("exitstatus", "")), lines)
                 if not result.ok:
                     raise ProxmoxError(
@@ -186,10 +199,12 @@ class PveClient:
             if time.monotonic() >= deadline:
                 raise ProxmoxError(
                     f"task {upid} still running after {timeout_s:.0f}s",
-                    task_log=lines,
+                    task_log=lines or self._task_log(node, upid),
                     hint="it may still finish: check the PVE task list before retrying",
                 )
-            time.sleep(poll_s)
+            # most tasks end within a second: look soon, then every poll_s
+            time.sleep(delay)
+            delay = min(delay * 2, poll_s)
 
     def _task_log(self, node: str, upid: str) -> list[str]:
         entries = self.get(f"nodes/{node}/tasks/{upid}/log", start=0, limit=1000) or []

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from dflashops.errors import ProxmoxError, RemoteError
 from dflashops.inventory.models import Container
+from dflashops.progress import Say
 from dflashops.proxmox.client import is_already_exists, is_digest_conflict, is_locked
 from dflashops.proxmox.containerplan import (
     CreateCt,
@@ -28,7 +29,6 @@ from dflashops.proxmox.containerplan import (
     UpdateConfig,
 )
 from dflashops.proxmox.errors import ProvisionError, Replan
-from dflashops.proxmox.identity import list_resources
 from dflashops.proxmox.passthrough import edit_conf_text
 from dflashops.proxmox.session import PveSession
 from dflashops.remote import get_bytes
@@ -48,21 +48,20 @@ class Target:
 
 
 class StepRunner:
-    """Runs one container's PVE steps through a session's API client and node connection."""
+    """Runs one container's PVE steps through a session's API client and node connection;
+    ``say`` is the container's progress."""
 
-    def __init__(self, session: PveSession, ct: Container, target: Target) -> None:
+    def __init__(self, session: PveSession, ct: Container, target: Target, say: Say) -> None:
         self.session = session
         self.ct = ct
         self.target = target
         self.options = session.options
-        self.say = session.say
+        self.say = say
         self.client = session.client(ct)
 
     def run(self, step: Step) -> None:
         if isinstance(step, DownloadTemplate):
-            node = self.target.node
-            self.client.download_template(node, step.storage, step.template, progress=self.say)
-            self.session.site_facts(self.ct, node, fresh=True)
+            self._download(step)
         elif isinstance(step, CreateCt):
             self.target.vmid = self._create(step)
         elif isinstance(step, UpdateConfig):
@@ -75,6 +74,18 @@ class StepRunner:
             self._power("start")
         elif isinstance(step, RebootCt):
             self._power("reboot")
+
+    def _download(self, step: DownloadTemplate) -> None:
+        """One download per template and node: containers that need the same one wait for the
+        first and find it there (PVE would download it twice, into one file)."""
+        node, session = self.target.node, self.session
+        with session.one_at_a_time(("template", self.ct.cluster, node, step.template)):
+            present = session.site_facts(self.ct, node).templates
+            if f"{step.storage}:vztmpl/{step.template}" in present:
+                self.say(f"template {step.template} is there now")
+                return
+            self.client.download_template(node, step.storage, step.template, progress=self.say)
+            session.site_facts(self.ct, node, fresh=True)
 
     def _update(self, step: UpdateConfig) -> None:
         vmid = self.target.require_vmid()
@@ -105,9 +116,9 @@ class StepRunner:
                     raise
                 if step.vmid is not None:
                     raise Replan(f"vmid {vmid} was just taken") from None
-                self.say(f"{self.ct.name}: vmid {vmid} was just taken; trying the next one")
+                self.say(f"vmid {vmid} was just taken; trying the next one")
                 continue
-            self.say(f"{self.ct.name}: creating CT {vmid}")
+            self.say(f"creating CT {vmid}")
             self.client.wait_task(upid, timeout_s=self.options.task_timeout_s, progress=self.say)
             if step.vmid is None:
                 self._ensure_single(vmid)
@@ -115,28 +126,17 @@ class StepRunner:
         raise ProvisionError(f"no free vmid after {attempts} attempts (others create too?)")
 
     def _allocate_vmid(self) -> int:
-        client, floor = self.client, self.options.vmid_floor
-        if floor is None:
-            return client.next_vmid()
-        taken = {int(item["vmid"]) for item in client.get("cluster/resources", type="vm") or []}
-        candidate = floor
-        while candidate in taken:
-            candidate += 1
-        try:
-            return client.next_vmid(candidate)
-        except ProxmoxError as exc:
-            if is_already_exists(exc):
-                return client.next_vmid(candidate + 1)
-            raise
+        return self.session.clusters.allocate_vmid(self.ct.cluster, self.options.vmid_floor)
 
     def _ensure_single(self, mine: int) -> None:
         """After an auto-vmid create: if a concurrent provision made one too, the lowest vmid
         stays and the others' creators remove their own (never someone else's), then plan
         again for the one that stays."""
-        client, name = self.client, self.ct.name
+        client, name, clusters = self.client, self.ct.name, self.session.clusters
         end = time.monotonic() + self.options.lock_wait_s
         while True:
-            resources = list_resources(client)
+            # read after my create ended (one read serves every container that waits for one)
+            resources = clusters.resources(self.ct.cluster, not_before=clusters.now())
             # a create in progress may not have its hostname yet: PVE shows it as CT<vmid>
             creating = [
                 r
@@ -150,7 +150,7 @@ class StepRunner:
         if len(same) <= 1 or same[0] == mine:
             return
         winner = same[0]
-        self.say(f"{name}: vmid {winner} was created concurrently; removing my CT {mine}")
+        self.say(f"vmid {winner} was created concurrently; removing my CT {mine}")
         client.run_task(
             f"destroy duplicate CT {mine}",
             lambda: str(client.delete(f"nodes/{self.target.node}/lxc/{mine}", purge=1)),
@@ -161,12 +161,14 @@ class StepRunner:
     def _pct_set(self, step: PctSet) -> None:
         """``pct set`` on the node, only while the config is still the one the API showed."""
         node, vmid = self.target.node, self.target.require_vmid()
-        conn = self.session.node_conn(self.ct, node)
 
         def attempt() -> None:
             digest = self.client.ct_config(node, vmid).get("digest", "")
             script = pct_set_script(node, vmid, str(digest), step.options)
-            result = conn.run(script, ok_codes=(0, 3), deadline=120.0, display=f"pct set {vmid}")
+            with self.session.on_node(self.ct, node) as conn:
+                result = conn.run(
+                    script, ok_codes=(0, 3), deadline=120.0, display=f"pct set {vmid}"
+                )
             if result.exit_code == 3:
                 raise Replan(f"CT {vmid} config changed meanwhile")
 
@@ -175,9 +177,9 @@ class StepRunner:
     def _edit_conf(self, step: EditConf) -> None:
         """Rewrite the config file on the node, refusing if it changed since we read it."""
         node, vmid = self.target.node, self.target.require_vmid()
-        conn = self.session.node_conn(self.ct, node)
         path = conf_path(node, vmid)
-        raw = get_bytes(conn, path, max_bytes=1 << 20)
+        with self.session.on_node(self.ct, node) as conn:
+            raw = get_bytes(conn, path, max_bytes=1 << 20)
         digest = hashlib.sha1(raw).hexdigest()
         api_digest = self.client.ct_config(node, vmid).get("digest")
         if api_digest and api_digest != digest:
@@ -186,7 +188,8 @@ class StepRunner:
         if new.encode() == raw:
             return
         script = rewrite_conf_script(path, digest, new)
-        result = conn.run(script, ok_codes=(0, 3), display=f"rewrite {path}")
+        with self.session.on_node(self.ct, node) as conn:
+            result = conn.run(script, ok_codes=(0, 3), display=f"rewrite {path}")
         if result.exit_code == 3:
             raise Replan(f"CT {vmid} config changed while editing it")
 

@@ -330,7 +330,7 @@ def apply_guest(
     """Run the plan's steps in order; returns what was done."""
     done = []
     for step in plan.steps:
-        progress(f"{ct.name}: {step.describe()}")
+        progress(step.describe())
         if isinstance(step, InstallDriver):
             _install_driver(conn, step.version)
         elif isinstance(step, CheckGpus):

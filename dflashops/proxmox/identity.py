@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dflashops.inventory.models import MANAGED_TAG, Container
@@ -32,6 +32,8 @@ class Resource:
     status: str
     lock: str | None
     tags: tuple[str, ...]
+    # seconds it has run (0: stopped); not part of what a plan compares: it grows by itself
+    uptime: int = field(default=0, compare=False)
 
     @property
     def managed(self) -> bool:
@@ -46,6 +48,7 @@ class Resource:
             status=str(item.get("status", "")),
             lock=str(item["lock"]) if item.get("lock") else None,
             tags=tuple(split_tags(item.get("tags"))),
+            uptime=int(item.get("uptime") or 0),
         )
 
 

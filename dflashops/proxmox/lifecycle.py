@@ -7,6 +7,10 @@ touches anything else.
 ``status`` reports here the container part (PVE state, vmid, node, address, tags) and which
 rows make it fail (:func:`container_problems`); :mod:`dflashops.status` adds the server part
 that ``launch`` reads in each running container.
+
+Both read PVE once per cluster (one login, one listing: :class:`~dflashops.proxmox.clusters.
+PveClusters`) and then work on every container at once, up to ``parallel``
+(:mod:`dflashops.proxmox.fleet`), answering in inventory order.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from dflashops.errors import DflashopsError, ProxmoxError
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import MANAGED_TAG, Container
 from dflashops.proxmox.client import PveClient, is_not_found
+from dflashops.proxmox.clusters import PveClusters
 from dflashops.proxmox.errors import ProvisionError
-from dflashops.proxmox.identity import list_resources, locate, split_tags
+from dflashops.proxmox.fleet import Tell, as_tell, run_each, teller
+from dflashops.proxmox.identity import locate, split_tags
 from dflashops.proxmox.pveconfig import pve_supports_interfaces
 
 Progress = Callable[[str], None]
@@ -42,20 +48,27 @@ class ContainerStatus(BaseModel):
     note: str | None = None
 
 
-def container_status(inventory: Inventory, names: Iterable[str] = ()) -> list[ContainerStatus]:
+def container_status(
+    inventory: Inventory, names: Iterable[str] = (), *, parallel: int | None = None
+) -> list[ContainerStatus]:
     """One status per named container (all when none is named), in inventory order."""
-    clients: dict[str, PveClient] = {}
-    result = []
-    for ct in inventory.select(names):
-        entry = ContainerStatus(name=ct.name, cluster=ct.cluster, node=inventory.pve_node_name(ct))
-        try:
-            client = clients.get(ct.cluster) or PveClient.for_cluster(inventory, ct.cluster)
-            clients[ct.cluster] = client
-            _fill(ct, client, entry)
-        except DflashopsError as exc:
-            entry.state, entry.note = "error", exc.one_line()
-        result.append(entry)
-    return result
+    clusters = PveClusters(inventory)
+    return run_each(
+        inventory.select(names),
+        lambda ct: one_status(clusters, ct),
+        parallel=parallel or inventory.parallel,
+    )
+
+
+def one_status(clusters: PveClusters, ct: Container) -> ContainerStatus:
+    """``ct`` as PVE sees it, from the command's listing (never raises: a row says why not)."""
+    inventory = clusters.inventory
+    entry = ContainerStatus(name=ct.name, cluster=ct.cluster, node=inventory.pve_node_name(ct))
+    try:
+        _fill(ct, clusters, entry)
+    except DflashopsError as exc:
+        entry.state, entry.note = "error", exc.one_line()
+    return entry
 
 
 def container_problems(entries: list[ContainerStatus]) -> tuple[list[str], str | None]:
@@ -68,7 +81,7 @@ def container_problems(entries: list[ContainerStatus]) -> tuple[list[str], str |
     if failed:
         problems.append(
             f"status of {len(failed)} of {len(entries)} container(s) could not be read: "
-            + "; ".join(f"{e.name}: {e.note}" for e in failed)
+            + _grouped(failed)
         )
     if refused:
         problems.append(
@@ -79,9 +92,17 @@ def container_problems(entries: list[ContainerStatus]) -> tuple[list[str], str |
     return problems, hint
 
 
-def _fill(ct: Container, client: PveClient, entry: ContainerStatus) -> None:
-    resources = list_resources(client)
-    found, issues = locate(ct, resources)
+def _grouped(entries: list[ContainerStatus]) -> str:
+    """``a, b: why; c: why else``: containers that failed for one reason (a cluster that is
+    down fails every container of it) named together, in order, the reason said once."""
+    names: dict[str, list[str]] = {}
+    for entry in entries:
+        names.setdefault(entry.note or "?", []).append(entry.name)
+    return "; ".join(f"{', '.join(who)}: {why}" for why, who in names.items())
+
+
+def _fill(ct: Container, clusters: PveClusters, entry: ContainerStatus) -> None:
+    found, issues = locate(ct, clusters.resources(ct.cluster))
     if issues:
         entry.state, entry.note = "refused", "; ".join(issues)
         return
@@ -89,11 +110,10 @@ def _fill(ct: Container, client: PveClient, entry: ContainerStatus) -> None:
         return
     entry.vmid, entry.node = found.vmid, found.node
     entry.tags, entry.lock = list(found.tags), found.lock
-    current = client.ct_status(found.node, found.vmid)
-    entry.state = str(current.get("status", found.status))
+    entry.state = found.status  # the listing has each container's state and uptime
     if entry.state == "running":
-        entry.uptime_s = int(current.get("uptime") or 0)
-        entry.address = _address(ct, client, found.node, found.vmid)
+        entry.uptime_s = found.uptime
+        entry.address = _address(ct, clusters.client(ct.cluster), found.node, found.vmid)
     else:
         entry.address = ct.ssh.host or ct.network.address
 
@@ -121,15 +141,21 @@ class DestroyResult(BaseModel):
     outcome: Literal["destroy", "destroyed", "absent", "refused", "failed"]
     note: str | None = None
 
+    def line(self) -> str:
+        """``NAME (vmid N) on NODE: OUTCOME: NOTE``."""
+        vmid = f" (vmid {self.vmid})" if self.vmid is not None else ""
+        note = f": {self.note}" if self.note else ""
+        return f"{self.name}{vmid} on {self.node}: {self.outcome}{note}"
 
-def destroy_targets(inventory: Inventory, names: Iterable[str]) -> list[DestroyResult]:
+
+def destroy_targets(
+    inventory: Inventory, names: Iterable[str], clusters: PveClusters | None = None
+) -> list[DestroyResult]:
     """What ``destroy`` would do: each container found (``destroy``), absent, or refused."""
-    clients: dict[str, PveClient] = {}
+    clusters = clusters or PveClusters(inventory)
     result = []
     for ct in inventory.select(names):
-        client = clients.get(ct.cluster) or PveClient.for_cluster(inventory, ct.cluster)
-        clients[ct.cluster] = client
-        found, issues = locate(ct, list_resources(client))
+        found, issues = locate(ct, clusters.resources(ct.cluster))
         node = inventory.pve_node_name(ct)
         if issues:
             result.append(
@@ -160,34 +186,43 @@ def destroy(
     confirm: Callable[[list[DestroyResult]], bool] | None = None,
     lock_wait_s: float = 300.0,
     task_timeout_s: float = 600.0,
+    parallel: int | None = None,
+    tell: Tell | None = None,
 ) -> list[DestroyResult]:
-    """Stop and delete (``purge=1``) each named managed container; refused ones stay."""
-    say = progress or (lambda _m: None)
+    """Stop and delete (``purge=1``) each named managed container, every one at once (up to
+    ``parallel``); refused ones stay. Results in the order named."""
+    lanes = as_tell(tell, progress)
     names = list(names)
     if not names:
         raise ProvisionError("name the containers to destroy")
-    targets = destroy_targets(inventory, names)
+    clusters = PveClusters(inventory)
+    targets = destroy_targets(inventory, names, clusters)
     doomed = [t for t in targets if t.outcome == "destroy"]
     if doomed and confirm is not None and not confirm(targets):
         raise ProvisionError("nothing destroyed: not confirmed")
-    for target in doomed:
-        ct = inventory.container(target.name)
-        client = PveClient.for_cluster(inventory, ct.cluster)
-        if target.vmid is None:
-            continue
-        try:
-            _recheck(client, ct, target.node, target.vmid)
-            _destroy_one(
-                client,
-                target.node,
-                vmid=target.vmid,
-                say=say,
-                lock_wait_s=lock_wait_s,
-                task_timeout_s=task_timeout_s,
-            )
-            target.outcome, target.note = "destroyed", None
-        except DflashopsError as exc:
-            target.outcome, target.note = "failed", exc.one_line()
+
+    def one(target: DestroyResult) -> None:
+        if target.outcome == "destroy" and target.vmid is not None:
+            ct = inventory.container(target.name)
+            try:
+                client = clusters.client(ct.cluster)
+                _recheck(client, ct, target.node, target.vmid)
+                _destroy_one(
+                    client,
+                    target.node,
+                    vmid=target.vmid,
+                    say=teller(lanes, target.name),
+                    lock_wait_s=lock_wait_s,
+                    task_timeout_s=task_timeout_s,
+                )
+                target.outcome, target.note = "destroyed", None
+            except DflashopsError as exc:
+                target.outcome, target.note = "failed", exc.one_line()
+            except Exception as exc:  # a bug or a library's error: this container fails only
+                target.outcome, target.note = "failed", f"{type(exc).__name__}: {exc}"
+        lanes.done(target.name, target.line())
+
+    run_each(targets, one, parallel=parallel or inventory.parallel)
     return targets
 
 
@@ -212,7 +247,7 @@ def _destroy_one(
 ) -> None:
     status = client.ct_status(node, vmid).get("status")
     if status == "running":
-        say(f"CT {vmid}: stopping")
+        say(f"stopping CT {vmid}")
         try:
             client.run_task(
                 f"CT {vmid}: stop",
@@ -223,7 +258,7 @@ def _destroy_one(
         except ProxmoxError as exc:
             if "not running" not in exc.message:
                 raise
-    say(f"CT {vmid}: destroying")
+    say(f"destroying CT {vmid}")
     try:
         client.run_task(
             f"CT {vmid}: destroy",

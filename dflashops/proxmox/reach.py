@@ -2,7 +2,8 @@
 
 The address is ``ssh.host`` when the inventory gives one, else what PVE reports for eth0
 (``GET .../interfaces``, PVE >= 8.1), else the inventory's static address. The login uses the
-container's SSH settings, host keys verified.
+container's SSH settings, host keys verified; the logged-in connection is the session's for the
+rest of the command (:meth:`~dflashops.proxmox.session.PveSession.keep_container_conn`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 
 from dflashops.errors import RemoteError
 from dflashops.inventory.models import Container
+from dflashops.progress import Say, quiet
 from dflashops.proxmox.errors import ProvisionError
 from dflashops.proxmox.pveconfig import pve_supports_interfaces
 from dflashops.proxmox.session import PveSession
@@ -21,7 +23,13 @@ from dflashops.remote.errors import HostKeyError
 
 
 def container_address(
-    session: PveSession, ct: Container, node: str, vmid: int, timeout_s: float
+    session: PveSession,
+    ct: Container,
+    node: str,
+    vmid: int,
+    timeout_s: float,
+    *,
+    say: Say = quiet,
 ) -> str:
     """The address to SSH to: ``ssh.host``, else what PVE reports, else the static one."""
     if ct.ssh.host:
@@ -43,7 +51,7 @@ def container_address(
             if iface.get("name") == "eth0" and inet:
                 found = inet.split("/", 1)[0]
                 if static is not None and found != static:
-                    session.say(f"{ct.name}: eth0 has {found}, the inventory says {static}")
+                    say(f"eth0 has {found}, the inventory says {static}")
                 return found
         if time.monotonic() > end:
             if static is not None:
@@ -64,12 +72,18 @@ def connect(ct: Container, address: str, *, deadline: float, attempts: int = 3) 
     )
 
 
-def wait_for_login(session: PveSession, ct: Container, address: str) -> SshConnection:
-    """Port open, then a real login (host key verified), within ``ssh_timeout_s``."""
+def wait_for_login(
+    session: PveSession, ct: Container, address: str, say: Say = quiet
+) -> SshConnection:
+    """Port open, then a real login (host key verified), within ``ssh_timeout_s``; the
+    connection stays the session's (closed with it)."""
+    kept = session.container_conn(ct, address)
+    if kept is not None and kept.is_open:  # logged in while planning, untouched since
+        return kept
     timeout_s = session.options.ssh_timeout_s
     end = time.monotonic() + timeout_s
     port = ct.ssh.port
-    session.say(f"{ct.name}: waiting for SSH on {address}:{port}")
+    say(f"waiting for SSH on {address}:{port}")
     while not _port_open(address, port):
         if time.monotonic() > end:
             raise ProvisionError(f"{address}:{port} did not open in {timeout_s:.0f}s")
@@ -78,6 +92,7 @@ def wait_for_login(session: PveSession, ct: Container, address: str) -> SshConne
         conn = connect(ct, address, deadline=max(end - time.monotonic(), 5.0), attempts=1)
         try:
             conn.run("true", deadline=30.0)
+            session.keep_container_conn(ct, conn)
             return conn
         except HostKeyError:
             conn.close()

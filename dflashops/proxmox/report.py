@@ -44,6 +44,38 @@ class ContainerReport(BaseModel):
     def has_changes(self) -> bool:
         return bool(self.steps or self.guest_steps)
 
+    def plan_line(self) -> str:
+        """The plan in one line: ``NAME: create (vmid 401, node lab, 2 steps)``."""
+        if self.error is not None:
+            return f"{self.name}: error: {self.error}"
+        if self.action == "refused":
+            return f"{self.name}: refused: {'; '.join(self.issues)}"
+        # steps inside a container not reachable yet are planned later: not counted
+        steps = len(self.steps) + (len(self.guest_steps) if self.guest_rows else 0)
+        more = f", {steps} step{'s' if steps != 1 else ''}" if steps else ""
+        return f"{self.name}: {self.action} ({self._where()}{more})"
+
+    def result_line(self) -> str:
+        """What applying did, in one line: ``NAME: created (vmid 401, node lab, 10.0.0.5)``."""
+        if self.error is not None:
+            text = self.error
+            if text.startswith((f"{self.name}: ", f"{self.name} (vmid ")):
+                text = text.split(": ", 1)[1]  # the line names the container already
+            return f"{self.name}: failed: {text}"
+        done = [line for line in self.applied if not line.startswith("replanned: ")]
+        if self.action == "create":
+            verb = "created"
+        elif done:
+            verb = f"changed ({len(done)} step{'s' if len(done) != 1 else ''})"
+        else:
+            verb = "unchanged"
+        address = f", {self.address}" if self.address else ""
+        return f"{self.name}: {verb} ({self._where()}{address})"
+
+    def _where(self) -> str:
+        vmid = self.vmid if self.vmid is not None else "auto"
+        return f"vmid {vmid}, node {self.node}"
+
     def show_plan(self, plan: ContainerPlan) -> None:
         """Take the container plan's rows, steps and findings (replacing earlier ones)."""
         self.vmid = plan.vmid

@@ -1,21 +1,28 @@
-"""One provision run's connections and facts: API clients, SSH to the nodes, node facts.
+"""One command's PVE side, shared by every container of its plan and apply, from many threads.
 
-Planning gathers a container's facts through a session (waiting out locks when asked). Node
-facts (:class:`NodeFacts`) are probed once and handed from the plan to the apply, so applying a
-plan probes no node again; :meth:`PveSession.stale_reason` tells whether PVE still looks the way
-the plan saw it.
+The API is :class:`~dflashops.proxmox.clusters.PveClusters` (one client and one listing per
+cluster). Each node is one SSH connection (``pct``, config files, host facts) that one thread
+uses at a time (:meth:`PveSession.on_node`). Node facts (:class:`NodeFacts`) are probed once per
+node, by the first container that needs them, and handed from the plan to the apply, so
+applying a plan probes no node again. A container's SSH connection made while planning is kept
+for its apply (:meth:`PveSession.keep_container_conn`). :meth:`PveSession.stale_reason` tells
+whether PVE still looks the way the plan saw it, from one listing read when the apply started.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashops.inventory.load import Inventory
 from dflashops.inventory.models import Container
+from dflashops.progress import Say, quiet
 from dflashops.proxmox.client import PveClient
+from dflashops.proxmox.clusters import PveClusters
 from dflashops.proxmox.containerplan import ContainerPlan, PlanInputs
 from dflashops.proxmox.errors import ProvisionError
 from dflashops.proxmox.facts import (
@@ -26,11 +33,11 @@ from dflashops.proxmox.facts import (
     probe_site,
     read_existing,
 )
-from dflashops.proxmox.identity import Resource, concerns, list_resources, locate
+from dflashops.proxmox.identity import Resource, concerns, locate
 from dflashops.proxmox.plan import plan_container
 from dflashops.remote import SshConnection
 
-Progress = Callable[[str], None]
+Progress = Say
 NodeKey = tuple[str, str]  # (cluster, PVE node name)
 
 
@@ -54,7 +61,7 @@ class NodeFacts:
 
 
 class PveSession:
-    """API clients and node connections shared by the containers of one plan or apply."""
+    """API clusters, node connections, node facts and container connections of one command."""
 
     def __init__(
         self,
@@ -63,41 +70,64 @@ class PveSession:
         options: ProvisionOptions,
         progress: Progress | None = None,
         facts: NodeFacts | None = None,
+        clusters: PveClusters | None = None,
     ) -> None:
         self.inventory = inventory
         self.options = options
-        self.say: Progress = progress or (lambda _m: None)
+        self.say: Progress = progress or quiet  # the command's own words (a node probed)
         self.facts = facts if facts is not None else NodeFacts()
-        self._clients: dict[str, PveClient] = {}
+        self.clusters = clusters or PveClusters(inventory)
+        self.apply_started: float | None = None  # stale_reason compares with PVE from then on
+        self._lock = threading.Lock()
+        self._keyed: dict[object, threading.Lock] = {}
         self._nodes: dict[NodeKey, SshConnection] = {}
+        self._containers: dict[str, SshConnection] = {}
 
     def __enter__(self) -> PveSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for conn in self._nodes.values():
+        self.close()
+
+    def close(self) -> None:
+        """Close every SSH connection (they reopen if the session is used again)."""
+        with self._lock:
+            conns = [*self._nodes.values(), *self._containers.values()]
+            self._nodes.clear()
+            self._containers.clear()
+        for conn in conns:
             conn.close()
+
+    def one_at_a_time(self, key: object) -> threading.Lock:
+        """This command's lock for ``key``: what one container at a time may do (probe a node,
+        download a template to it)."""
+        with self._lock:
+            return self._keyed.setdefault(key, threading.Lock())
 
     # ------------------------------------------------------------------ connections
 
     def client(self, ct: Container) -> PveClient:
-        if ct.cluster not in self._clients:
-            self._clients[ct.cluster] = PveClient.for_cluster(self.inventory, ct.cluster)
-        return self._clients[ct.cluster]
+        return self.clusters.client(ct.cluster)
 
-    def node_conn(self, ct: Container, node: str | None = None) -> SshConnection:
-        """SSH to the PVE node holding the container (``pct``, config files, host facts)."""
+    @contextmanager
+    def on_node(self, ct: Container, node: str | None = None) -> Iterator[SshConnection]:
+        """SSH to the PVE node holding the container (``pct``, config files, host facts), for
+        this thread alone while the block runs: one connection serves one thread at a time."""
         name = node or self.inventory.pve_node_name(ct)
         key = (ct.cluster, name)
-        if key not in self._nodes:
-            inv_node = self._inventory_node(ct, name)
-            access = self.inventory.clusters[ct.cluster].nodes[inv_node].ssh
-            if not access.host:
-                raise ProvisionError(
-                    f"node {inv_node} has no ssh.host; dflashops needs SSH to it for this plan"
-                )
-            self._nodes[key] = SshConnection.from_access(access, deadline=120.0, name=name)
-        return self._nodes[key]
+        with self.one_at_a_time(("node", key)):
+            conn = self._nodes.get(key)
+            if conn is None:
+                inv_node = self._inventory_node(ct, name)
+                access = self.inventory.clusters[ct.cluster].nodes[inv_node].ssh
+                if not access.host:
+                    raise ProvisionError(
+                        f"node {inv_node} has no ssh.host; dflashops needs SSH to it for this plan"
+                    )
+                conn = SshConnection.from_access(access, deadline=120.0, name=name)
+                with self._lock:
+                    self._nodes[key] = conn
+            yield conn
 
     def _inventory_node(self, ct: Container, pve_name: str) -> str:
         cluster = self.inventory.clusters[ct.cluster]
@@ -106,30 +136,58 @@ class PveSession:
                 return key
         raise ProvisionError(f"node {pve_name} is not in cluster {ct.cluster} of the inventory")
 
+    def keep_container_conn(self, ct: Container, conn: SshConnection) -> None:
+        """Keep ``ct``'s logged-in connection for the rest of the command (closed with it)."""
+        with self._lock:
+            old = self._containers.pop(ct.name, None)
+            self._containers[ct.name] = conn
+        if old is not None and old is not conn:
+            old.close()
+
+    def container_conn(self, ct: Container, address: str) -> SshConnection | None:
+        """The connection kept for ``ct`` at ``address`` (None: none kept)."""
+        with self._lock:
+            conn = self._containers.get(ct.name)
+        return conn if conn is not None and conn.host == address else None
+
+    def drop_container_conn(self, ct: Container) -> None:
+        """Close and forget ``ct``'s kept connection (the container restarted, or it failed)."""
+        with self._lock:
+            conn = self._containers.pop(ct.name, None)
+        if conn is not None:
+            conn.close()
+
     # ------------------------------------------------------------------ facts
 
     def host_facts(self, ct: Container, node: str) -> HostFacts:
         key = (ct.cluster, node)
-        if key not in self.facts.host:
-            self.say(f"{ct.name}: probing node {node} (pveversion, cgroup, nvidia-smi, /dev)")
-            self.facts.host[key] = probe_host(self.node_conn(ct, node), node)
-        return self.facts.host[key]
+        with self.one_at_a_time(("host", key)):  # the first container probes, the others wait
+            if key not in self.facts.host:
+                self.say(f"probing node {node} (pveversion, cgroup, nvidia-smi, /dev)")
+                with self.on_node(ct, node) as conn:
+                    self.facts.host[key] = probe_host(conn, node)
+            return self.facts.host[key]
 
     def site_facts(self, ct: Container, node: str, *, fresh: bool = False) -> SiteFacts:
         key = (ct.cluster, node)
-        if fresh or key not in self.facts.site:
-            storages = {c.template.partition(":")[0] for c in self.inventory.containers.values()}
-            self.facts.site[key] = probe_site(self.client(ct), node, storages)
-        return self.facts.site[key]
+        with self.one_at_a_time(("site", key)):
+            if fresh or key not in self.facts.site:
+                cts = self.inventory.containers.values()
+                storages = {c.template.partition(":")[0] for c in cts}
+                self.facts.site[key] = probe_site(self.client(ct), node, storages)
+            return self.facts.site[key]
 
-    def plan(self, ct: Container, *, wait_locks: bool) -> tuple[PlanInputs, ContainerPlan]:
-        """Facts -> plan. With ``wait_locks``, a locked container is waited for first."""
-        inputs = self.gather(ct, wait_locks=wait_locks)
+    def plan(
+        self, ct: Container, *, wait_locks: bool, say: Say = quiet
+    ) -> tuple[PlanInputs, ContainerPlan]:
+        """Facts -> plan. With ``wait_locks`` (planning again while applying), from a listing
+        read now, a locked container waited for first; else from the command's listing."""
+        inputs = self.gather(ct, wait_locks=wait_locks, say=say)
         return inputs, plan_container(inputs)
 
-    def gather(self, ct: Container, *, wait_locks: bool) -> PlanInputs:
+    def gather(self, ct: Container, *, wait_locks: bool, say: Say = quiet) -> PlanInputs:
         client = self.client(ct)
-        resources = self.resources(ct, wait_locks=wait_locks)
+        resources = self.resources(ct, wait_locks=wait_locks, say=say)
         found, issues = locate(ct, resources)
         node = found.node if found is not None else self.inventory.pve_node_name(ct)
         existing: ExistingCt | None = None
@@ -147,15 +205,18 @@ class PveSession:
             existing=existing,
         )
 
-    def resources(self, ct: Container, *, wait_locks: bool) -> list[Resource]:
-        """The cluster's containers; with ``wait_locks``, once none of ours is locked."""
-        client = self.client(ct)
+    def resources(self, ct: Container, *, wait_locks: bool, say: Say = quiet) -> list[Resource]:
+        """The cluster's containers: the command's listing, or (``wait_locks``) one read now,
+        again until none of ours is locked."""
+        clusters = self.clusters
+        if not wait_locks:
+            return clusters.resources(ct.cluster)
         end = time.monotonic() + self.options.lock_wait_s
         announced = False
         while True:
-            resources = list_resources(client)
+            resources = clusters.resources(ct.cluster, not_before=clusters.now())
             locked = [r for r in resources if r.lock and concerns(ct, r)]
-            if not wait_locks or not locked:
+            if not locked:
                 return resources
             if time.monotonic() > end:
                 r = locked[0]
@@ -167,23 +228,29 @@ class PveSession:
                 )
             if not announced:
                 r = locked[0]
-                self.say(f"{ct.name}: vmid {r.vmid} is locked ({r.lock}); waiting")
+                say(f"vmid {r.vmid} is locked ({r.lock}); waiting")
                 announced = True
             time.sleep(0.5)
+
+    def begin_apply(self) -> None:
+        """From now on :meth:`stale_reason` compares with PVE as it is from this moment."""
+        self.apply_started = self.clusters.now()
 
     def stale_reason(self, inputs: PlanInputs) -> str | None:
         """Why a plan made from ``inputs`` may no longer fit PVE; None: apply it as it is.
 
-        Cheap on purpose (the resource list, and the config digest of an existing container):
-        a lock seen while planning, any change to the containers under our name or vmid, or a
-        config edited since it was read.
+        Cheap on purpose (the listing read once when the apply started, and the config digest of
+        an existing container): a lock seen while planning, any change to the containers under
+        our name or vmid, or a config edited since it was read.
         """
         ct = inputs.container
         then = {r for r in inputs.resources if concerns(ct, r)}
         locked = next((r for r in sorted(then, key=lambda r: r.vmid) if r.lock), None)
         if locked is not None:
             return f"vmid {locked.vmid} was locked ({locked.lock}) while planning"
-        now = {r for r in list_resources(self.client(ct)) if concerns(ct, r)}
+        since = self.apply_started if self.apply_started is not None else self.clusters.now()
+        listing = self.clusters.resources(ct.cluster, not_before=since)
+        now = {r for r in listing if concerns(ct, r)}
         changed = _resource_change(then, now)
         if changed is not None:
             return f"{changed} since planning"

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dflashops.up.lock import DEFAULT_WAIT_S
 from dflashops.up.plan import check_step
 
+# pairs a run (not a dry run) runs at once unless --parallel says: each loads a model and benches
 DEFAULT_PARALLEL = 2
 
 
@@ -21,7 +22,9 @@ class UpRequest(BaseModel):
     containers: tuple[str, ...] = Field((), description="-c: run each playbook on these instead")
     dry_run: bool = False
     from_step: str | None = Field(None, description="--from: redo from this step on")
-    parallel: int = Field(DEFAULT_PARALLEL, ge=1, le=64)
+    parallel: int | None = Field(
+        None, ge=1, le=64, description="--parallel; None: the inventory's for a dry run, else 2"
+    )
     fix_drafter: bool = False
     force: bool = False
     state_dir: Path

@@ -1,14 +1,16 @@
 """Run ``up``: resolve the pairs, plan each from its record, run the pairs in parallel.
 
-Each pair runs in its own thread (up to ``parallel`` at once); a pair's failure is its own and
-never stops the others. Ctrl-C sets a stop flag: every pair finishes the step it is in (a launch
-that fails meanwhile rolls back as ``launch`` does) and stops before its next one; the record
-says where, and the next ``up`` continues there.
+Each pair runs in its own thread, up to ``parallel`` at once (``--parallel``; else 2 for a run,
+whose pairs load models and bench, and the inventory's ``parallel`` for a dry run, which only
+reads); a pair's failure is its own and never stops the others. Ctrl-C sets a stop flag: every
+pair finishes the step it is in (a launch that fails meanwhile rolls back as ``launch`` does)
+and stops before its next one; the record says where, and the next ``up`` continues there.
 
-A pair reaches its container through one connection for the whole run (one PVE managed check),
-opened when first needed: after ``provision`` when that runs. The step functions, the connect
-function, the drafter fingerprint and the serving probe are :class:`UpParts`, so the runner's
-resume, Ctrl-C, isolation and faults are tested with injected steps
+A pair reaches its container through one connection for the whole run, opened when first
+needed (after ``provision`` when that runs); its PVE managed check, like every pair's provision
+step, uses the run's one PVE session (:mod:`dflashops.up.pve`). The steps, the connect
+function, the drafter fingerprint and the serving probe are :class:`~dflashops.up.parts.UpParts`,
+so the runner's resume, Ctrl-C, isolation and faults are tested with injected steps
 (tests/unit/test_up_runner.py, tests/unit/test_up_faults.py); a run that stops after a step
 (the lab demo) passes a shorter step table (:func:`~dflashops.up.steps.steps_until`).
 
@@ -21,21 +23,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field
+from contextlib import ExitStack
 
-from dflashops.deployment.access import ContainerAccess, connect
-from dflashops.deployment.lock import container_lock
+from dflashops.deployment.access import ContainerAccess
 from dflashops.errors import DflashopsError
 from dflashops.inventory.load import Inventory
-from dflashops.playbook.models import Playbook
-from dflashops.remote import SshConnection
-from dflashops.up.inputs import DrafterFiles, drafter_fingerprint, step_inputs
+from dflashops.proxmox.fleet import run_each
+from dflashops.up.inputs import DrafterFiles, step_inputs
 from dflashops.up.lock import WaitStopped, holder_now, take_lock
 from dflashops.up.outcome import PairResult, UpResult
 from dflashops.up.pairs import Pair, resolve_pairs
+from dflashops.up.parts import UpParts
 from dflashops.up.plan import (
     STEPS,
     PlannedStep,
@@ -44,6 +44,7 @@ from dflashops.up.plan import (
     plan_pair,
     runs_anything,
 )
+from dflashops.up.pve import RunPve
 from dflashops.up.record import (
     PairRecord,
     StepRecord,
@@ -52,36 +53,15 @@ from dflashops.up.record import (
     read_record,
     save_record,
 )
-from dflashops.up.request import UpRequest
-from dflashops.up.serving import server_serving
-from dflashops.up.steps import STEP_FUNCTIONS, PairWork, StepFunction, StepRefused
+from dflashops.up.request import DEFAULT_PARALLEL, UpRequest
+from dflashops.up.steps import PairWork, StepRefused
+
+__all__ = ["NOT_READ", "RESULT", "Event", "UpParts", "run_up"]
 
 # (pair, step or "", message): one line of a pair's progress
 Event = Callable[[str, str, str], None]
 RESULT = "result"  # the step of a pair's last event: its result line
 NOT_READ = DrafterFiles(None, None, "not read: provision runs first")
-
-
-@dataclass(frozen=True)
-class UpParts:
-    """What a run is made of: the step functions (a shorter table stops after its last step),
-    how a pair reaches its container, how the drafter's files are read there, and why the
-    server of the pair's playbook does not serve there (None: it serves), and how the container
-    is locked for the pair's run (its one writer: :mod:`dflashops.deployment.lock`)."""
-
-    steps: Mapping[str, StepFunction] = field(default_factory=lambda: dict(STEP_FUNCTIONS))
-    connect: Callable[[Inventory, str], ContainerAccess] = connect
-    fingerprint: Callable[[SshConnection, str, Playbook], DrafterFiles] = drafter_fingerprint
-    serving: Callable[[SshConnection, str], str | None] = server_serving
-    lock: Callable[[SshConnection, str, float | None], AbstractContextManager[None]] = (
-        lambda conn, name, wait_s: container_lock(conn, name, "up", wait_s=wait_s)
-    )
-
-    @property
-    def until(self) -> str | None:
-        """The last step of a table that leaves later steps out (None: the whole loop)."""
-        asked = [step for step in STEPS if step in self.steps]
-        return asked[-1] if len(asked) < len(STEPS) else None
 
 
 def run_up(
@@ -98,26 +78,27 @@ def run_up(
     stop = stop or threading.Event()
     parts = parts or UpParts()
     result = UpResult(pairs=[], state_dir=request.state_dir, dry_run=request.dry_run)
-    if request.dry_run:
-        result.pairs = [
-            _PairRun(inventory, request, pair, tell, parts).plan_only() for pair in pairs
-        ]
-        return result
-    node_locks = {(p.cluster, p.node): threading.Lock() for p in pairs}
+    pve = RunPve(inventory)
     plot_lock = threading.Lock()
     runs = [
-        _PairRun(
-            inventory,
-            request,
-            pair,
-            tell,
-            parts,
-            node_lock=node_locks[(pair.cluster, pair.node)],
-            plot_lock=plot_lock,
-        )
+        _PairRun(inventory, request, pair, tell, parts, pve=pve, plot_lock=plot_lock)
         for pair in pairs
     ]
-    with ThreadPoolExecutor(max_workers=request.parallel, thread_name_prefix="up") as pool:
+    try:
+        if request.dry_run:
+            parallel = request.parallel or inventory.parallel
+            result.pairs = run_each(runs, _PairRun.plan_only, parallel=parallel)
+        else:
+            _run_all(runs, request.parallel or DEFAULT_PARALLEL, stop, result, tell)
+    finally:
+        pve.close()
+    return result
+
+
+def _run_all(
+    runs: list[_PairRun], parallel: int, stop: threading.Event, result: UpResult, tell: Event
+) -> None:
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="up") as pool:
         futures: dict[Future[PairResult], _PairRun] = {pool.submit(r.run, stop): r for r in runs}
         pending = set(futures)
         while pending:
@@ -129,7 +110,6 @@ def run_up(
                 for run in runs:
                     tell(run.pair.id, "", "Ctrl-C: stopping after the step in progress")
     result.pairs = [future.result() for future in futures]
-    return result
 
 
 class _PairRun:
@@ -143,8 +123,8 @@ class _PairRun:
         tell: Event,
         parts: UpParts,
         *,
-        node_lock: threading.Lock | None = None,
-        plot_lock: threading.Lock | None = None,
+        pve: RunPve,
+        plot_lock: threading.Lock,
     ) -> None:
         self.inventory, self.request, self.pair, self.tell = inventory, request, pair, tell
         self.parts = parts
@@ -170,12 +150,17 @@ class _PairRun:
         self.own: dict[str, dict[str, str]] = {}
         self.stale: dict[str, str] = {}  # step -> why what it left is gone (plan_pair's stale)
         self.warnings: list[str] = []
-        self.locks = (node_lock or threading.Lock(), plot_lock or threading.Lock())
+        self.pve, self.plot_lock = pve, plot_lock
+        self.provisioned_at: float | None = None  # when this run's provision step ended
 
     def access(self) -> ContainerAccess:
         """The pair's one connection (and PVE's one check that the container is ours)."""
         if self.opened is None:
-            opened = self.parts.connect(self.inventory, self.pair.container)
+            name, after = self.pair.container, self.provisioned_at
+            if self.parts.connect is not None:
+                opened = self.parts.connect(self.inventory, name)
+            else:
+                opened = self.pve.connect(self.inventory, name, not_before=after)
             self.connections.enter_context(opened)
             if not self.request.dry_run:  # the container's one writer while the pair runs
                 wait_s = self.request.wait_timeout_s if self.request.wait else None
@@ -336,8 +321,8 @@ class _PairRun:
             fix_drafter=self.request.fix_drafter,
             force=self.request.force,
             drafter_files=self.files,
-            node_lock=self.locks[0],
-            plot_lock=self.locks[1],
+            pve=self.pve.session,
+            plot_lock=self.plot_lock,
         )
         work.run_dir.mkdir(parents=True, exist_ok=True)
         # every step this run means to run is pending until it ran: a run stopped early (Ctrl-C,
@@ -378,6 +363,8 @@ class _PairRun:
             entry.status, entry.error = "failed", exc.one_line()
         except Exception as exc:  # a bug or a library's error: this pair fails, the rest go on
             entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
+        if step == "provision":
+            self.provisioned_at = self.pve.clusters.now()
         if entry.status == "ok" and step in ("provision", "drafter"):
             work.say("reading the drafter's files again")
             self._refresh()  # the container exists now, or the drafter config was pushed

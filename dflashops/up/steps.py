@@ -28,6 +28,7 @@ from dflashops.launch.validation import DrafterValidation
 from dflashops.playbook.models import Playbook
 from dflashops.progress import Say
 from dflashops.proxmox.apply import provision
+from dflashops.proxmox.session import PveSession
 from dflashops.tune.live import live_tune, playbook_at_k, set_num_speculative_tokens
 from dflashops.tune.request import LiveTuneRequest
 from dflashops.up.inputs import DrafterFiles, tune_asked, tune_key
@@ -70,8 +71,9 @@ class PairWork:
     fix_drafter: bool = False
     force: bool = False
     drafter_files: DrafterFiles = field(default_factory=lambda: DrafterFiles(None, None))
-    # PVE work on one node is serialised (vmid allocation, template download)
-    node_lock: threading.Lock = field(default_factory=threading.Lock)
+    # the run's PVE session, shared by every pair's provision (one API login and listing, vmids
+    # handed out once, one download of a template per node); None: provision opens its own
+    pve: PveSession | None = None
     # matplotlib's pyplot state is process-wide: one pair plots at a time
     plot_lock: threading.Lock = field(default_factory=threading.Lock)
     # this run's drafter step's verdict, for launch (None: the step did not run this time)
@@ -84,8 +86,7 @@ class PairWork:
 
 
 def step_provision(work: PairWork) -> Outcome:
-    with work.node_lock:
-        result = provision(work.inventory, [work.container], progress=work.say)
+    result = provision(work.inventory, [work.container], progress=work.say, session=work.pve)
     entry = result.container(work.container)
     if not entry.ok:
         raise UpError(f"provision: {entry.error or '; '.join(entry.issues)}")

@@ -202,7 +202,11 @@ def test_cli_says_one_line_and_a_plain_rerun_converges(
     gate.set(fault)
     failed = run_cli(env, "-i", str(inventory_file), "status", check=False)
     assert failed.returncode == 1
-    errors = failed.stderr.splitlines()
+    # in a pipe, one progress line per container (in inventory order), then the one error line
+    lines = failed.stderr.splitlines()
+    progress = [line for line in lines if line.startswith("status: ")]
+    assert [line.split(":")[1].strip() for line in progress] == list(CONTAINERS)
+    errors = [line for line in lines if line not in progress]
     assert len(errors) == 1 and errors[0].startswith("error: "), failed.stderr
     assert_plain(errors[0])
     cause = "connection refused" if fault == "down" else f"timed out after {TIMEOUT_S:g} s"
