@@ -135,9 +135,9 @@ def up(
         state_dir=up_state_root(),
     )
     inventory = app.inventory()
-    from dflashops.cli.up_view import pair_lines, render_result
+    from dflashops.cli.up_view import render_result, up_lines
 
-    with pair_lines(enabled=not as_json) as on_event:
+    with up_lines(inventory, request, enabled=not as_json) as on_event:
         result = run_up(inventory, request, on_event=on_event)
     render_result(result, as_json=as_json)
     if result.exit_code:

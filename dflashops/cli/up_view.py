@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -12,11 +12,15 @@ from rich.table import Table
 from dflashops.cli.cells import number
 from dflashops.cli.console import make_console
 from dflashops.cli.context import dump_json
+from dflashops.cli.fleet_view import fleet_lines
 from dflashops.cli.progress import Lanes, lanes
+from dflashops.up.pairs import resolve_pairs
 from dflashops.up.runner import RESULT
 
 if TYPE_CHECKING:
+    from dflashops.inventory.load import Inventory
     from dflashops.up.outcome import UpResult
+    from dflashops.up.request import UpRequest
     from dflashops.up.runner import Event
 
 
@@ -26,6 +30,31 @@ def pair_lines(*, enabled: bool = True) -> Iterator[Event]:
     (its own live line on a terminal, step lines elsewhere)."""
     with lanes(enabled=enabled) as tell:
         yield pair_events(tell)
+
+
+def up_lines(
+    inventory: Inventory, request: UpRequest, *, enabled: bool = True
+) -> AbstractContextManager[Event]:
+    """A run's display (:func:`pair_lines`), or a dry run's (:func:`plan_lines`: the pairs in
+    the order given, each one line once planned)."""
+    if not request.dry_run:
+        return pair_lines(enabled=enabled)
+    return plan_lines([pair.id for pair in resolve_pairs(inventory, request)], enabled=enabled)
+
+
+@contextmanager
+def plan_lines(pairs: Sequence[str], *, enabled: bool = True) -> Iterator[Event]:
+    """A dry run's display (:mod:`dflashops.cli.fleet_view`): a live line per pair on a
+    terminal, each pair's plan in one line once planned elsewhere, in the order given."""
+    with fleet_lines("planning", pairs, enabled=enabled) as tell:
+
+        def on_event(pair: str, step: str, message: str) -> None:
+            if step == RESULT:  # the pair's result line names the pair itself
+                tell.done(pair, message)
+            else:
+                tell(pair, f"[{step}] {message}" if step else message)
+
+        yield on_event
 
 
 def pair_events(tell: Lanes) -> Event:

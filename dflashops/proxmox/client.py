@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -128,6 +129,7 @@ class PveClient:
         with self._translate("login"):
             self.api = ProxmoxAPI(url.hostname, backend="https", **kwargs)
         self._version: dict[str, Any] | None = None
+        self._version_lock = threading.Lock()  # asked by every thread of a command at once
 
     def share_between_threads(self, connections: int = 64) -> None:
         """Keep up to ``connections`` HTTPS connections open, one per thread that calls at once
@@ -214,9 +216,10 @@ class PveClient:
 
     def version_info(self) -> dict[str, Any]:
         """``GET /version`` (read once per client)."""
-        if self._version is None:
-            self._version = dict(self.get("version"))
-        return self._version
+        with self._version_lock:
+            if self._version is None:
+                self._version = dict(self.get("version"))
+            return self._version
 
     def version(self) -> str:
         return str(self.version_info()["version"])

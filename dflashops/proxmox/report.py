@@ -56,21 +56,18 @@ class ContainerReport(BaseModel):
         return f"{self.name}: {self.action} ({self._where()}{more})"
 
     def result_line(self) -> str:
-        """What applying did, in one line: ``NAME: created (vmid 401, node lab, 10.0.0.5)``."""
+        """What applying did, in one line: ``NAME: created (vmid 401, node lab, 10.0.0.5)``,
+        ``NAME: changed (vmid 401, node lab, 10.0.0.5, 1 step)``."""
         if self.error is not None:
             text = self.error
             if text.startswith((f"{self.name}: ", f"{self.name} (vmid ")):
                 text = text.split(": ", 1)[1]  # the line names the container already
             return f"{self.name}: failed: {text}"
         done = [line for line in self.applied if not line.startswith("replanned: ")]
-        if self.action == "create":
-            verb = "created"
-        elif done:
-            verb = f"changed ({len(done)} step{'s' if len(done) != 1 else ''})"
-        else:
-            verb = "unchanged"
+        verb = "created" if self.action == "create" else "changed" if done else "unchanged"
         address = f", {self.address}" if self.address else ""
-        return f"{self.name}: {verb} ({self._where()}{address})"
+        steps = f", {len(done)} step{'s' if len(done) != 1 else ''}" if verb == "changed" else ""
+        return f"{self.name}: {verb} ({self._where()}{address}{steps})"
 
     def _where(self) -> str:
         vmid = self.vmid if self.vmid is not None else "auto"

@@ -1,8 +1,9 @@
 """Run ``up``: resolve the pairs, plan each from its record, run the pairs in parallel.
 
-Each pair runs in its own thread, up to ``parallel`` at once (``--parallel``; else 2 for a run,
-whose pairs load models and bench, and the inventory's ``parallel`` for a dry run, which only
-reads); a pair's failure is its own and never stops the others. Ctrl-C sets a stop flag: every
+Each pair runs in its own thread: its provision step up to the inventory's ``parallel`` pairs
+at once, the loop after it up to 2 (:mod:`dflashops.up.slots`; ``--parallel N`` sets both), a
+dry run, which only reads, the inventory's ``parallel`` at once; a pair's failure is its own and
+never stops the others. Ctrl-C sets a stop flag: every
 pair finishes the step it is in (a launch that fails meanwhile rolls back as ``launch`` does)
 and stops before its next one; the record says where, and the next ``up`` continues there.
 
@@ -25,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 
 from dflashops.deployment.access import ContainerAccess
 from dflashops.errors import DflashopsError
@@ -54,6 +55,7 @@ from dflashops.up.record import (
     save_record,
 )
 from dflashops.up.request import DEFAULT_PARALLEL, UpRequest
+from dflashops.up.slots import Slots
 from dflashops.up.steps import PairWork, StepRefused
 
 __all__ = ["NOT_READ", "RESULT", "Event", "UpParts", "run_up"]
@@ -79,26 +81,22 @@ def run_up(
     parts = parts or UpParts()
     result = UpResult(pairs=[], state_dir=request.state_dir, dry_run=request.dry_run)
     pve = RunPve(inventory)
-    plot_lock = threading.Lock()
-    runs = [
-        _PairRun(inventory, request, pair, tell, parts, pve=pve, plot_lock=plot_lock)
-        for pair in pairs
-    ]
+    fleet = request.parallel or inventory.parallel
+    slots = Slots(provision=fleet, loop=request.parallel or DEFAULT_PARALLEL)
+    runs = [_PairRun(inventory, request, pair, tell, parts, pve=pve, slots=slots) for pair in pairs]
     try:
         if request.dry_run:
-            parallel = request.parallel or inventory.parallel
-            result.pairs = run_each(runs, _PairRun.plan_only, parallel=parallel)
+            result.pairs = run_each(runs, _PairRun.plan_and_say, parallel=fleet)
         else:
-            _run_all(runs, request.parallel or DEFAULT_PARALLEL, stop, result, tell)
+            _run_all(runs, stop, result, tell)
     finally:
         pve.close()
     return result
 
 
-def _run_all(
-    runs: list[_PairRun], parallel: int, stop: threading.Event, result: UpResult, tell: Event
-) -> None:
-    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="up") as pool:
+def _run_all(runs: list[_PairRun], stop: threading.Event, result: UpResult, tell: Event) -> None:
+    # a thread per pair: the slots bound what runs; a pair waiting for one holds only its thread
+    with ThreadPoolExecutor(max_workers=max(len(runs), 1), thread_name_prefix="up") as pool:
         futures: dict[Future[PairResult], _PairRun] = {pool.submit(r.run, stop): r for r in runs}
         pending = set(futures)
         while pending:
@@ -124,7 +122,7 @@ class _PairRun:
         parts: UpParts,
         *,
         pve: RunPve,
-        plot_lock: threading.Lock,
+        slots: Slots,
     ) -> None:
         self.inventory, self.request, self.pair, self.tell = inventory, request, pair, tell
         self.parts = parts
@@ -150,7 +148,7 @@ class _PairRun:
         self.own: dict[str, dict[str, str]] = {}
         self.stale: dict[str, str] = {}  # step -> why what it left is gone (plan_pair's stale)
         self.warnings: list[str] = []
-        self.pve, self.plot_lock = pve, plot_lock
+        self.pve, self.slots = pve, slots
         self.provisioned_at: float | None = None  # when this run's provision step ended
 
     def access(self) -> ContainerAccess:
@@ -272,6 +270,12 @@ class _PairRun:
             result.notes.append(self.files.note)
         return result
 
+    def plan_and_say(self) -> PairResult:
+        """:meth:`plan_only`, its result line the pair's last event (step :data:`RESULT`)."""
+        result = self.plan_only()
+        self.tell(self.pair.id, RESULT, result.line())
+        return result
+
     def run(self, stop: threading.Event) -> PairResult:
         """The pair's run under its lock; the pair's connection closes with it. Its last event
         (step :data:`RESULT`) is the pair's result line."""
@@ -322,7 +326,6 @@ class _PairRun:
             force=self.request.force,
             drafter_files=self.files,
             pve=self.pve.session,
-            plot_lock=self.plot_lock,
         )
         work.run_dir.mkdir(parents=True, exist_ok=True)
         # every step this run means to run is pending until it ran: a run stopped early (Ctrl-C,
@@ -331,18 +334,31 @@ class _PairRun:
             if planned.action == "run":
                 self.record.steps[planned.step] = StepRecord(status="pending")
         save_record(self.state, self.record)
-        for planned in plan:
-            if planned.action != "run":
-                continue
-            result.last_step = planned.step
-            if stop.is_set():
-                result.outcome = "interrupted"
-                return result
-            if not self._step(planned.step, work, result):
-                result.outcome = "failed"
-                return result
+        looping = False
+        try:
+            for planned in plan:
+                if planned.action != "run":
+                    continue
+                result.last_step = planned.step
+                if planned.step != "provision" and not looping:
+                    looping = self.slots.enter_loop(stop, self._queued)
+                if stop.is_set():
+                    result.outcome = "interrupted"
+                    return result
+                with self.slots.provisioning() if planned.step == "provision" else nullcontext():
+                    ok = self._step(planned.step, work, result)
+                if not ok:
+                    result.outcome = "failed"
+                    return result
+        finally:
+            if looping:
+                self.slots.leave_loop()
         result.outcome = "stopped" if self.parts.until else "done"
         return result
+
+    def _queued(self) -> None:
+        size = self.slots.loop_size
+        self.tell(self.pair.id, "", f"waiting: {size} pair(s) run past provision at once")
 
     def _step(self, step: str, work: PairWork, result: PairResult) -> bool:
         """Run one step and record it; False when it failed."""

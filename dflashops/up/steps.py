@@ -52,6 +52,7 @@ StepFunction = Callable[["PairWork"], Outcome]
 BENCH_FILE = "bench.json"
 TUNE_FILE = "tune.json"
 TUNED_PLAYBOOK = "playbook.tuned.yaml"
+PLOT_LOCK = threading.Lock()  # pyplot's state is the process's: one plot at a time
 FIX_HINT = "--fix-drafter pushes the registry's certain keys; --force goes on anyway"
 
 
@@ -75,7 +76,7 @@ class PairWork:
     # handed out once, one download of a template per node); None: provision opens its own
     pve: PveSession | None = None
     # matplotlib's pyplot state is process-wide: one pair plots at a time
-    plot_lock: threading.Lock = field(default_factory=threading.Lock)
+    plot_lock: threading.Lock = field(default_factory=lambda: PLOT_LOCK)
     # this run's drafter step's verdict, for launch (None: the step did not run this time)
     judgement: DrafterJudgement | None = None
 

@@ -20,6 +20,9 @@ from typing import Any
 
 import yaml
 
+from dflashops.lab.daemon import LabNetwork
+from dflashops.lab.host_model import SshHost
+from dflashops.lab.pve.containers import host_name
 from tests.support.lab import isolated_lab_env, run_cli
 
 NODES = ("lab", "lab2")
@@ -43,6 +46,33 @@ class FleetLab:
     workdir: Path
     base: dict[str, Any]  # the lab's own inventory document
     net: str  # the first three octets of the lab's /24
+
+    @property
+    def known_hosts(self) -> Path:
+        """The lab's known_hosts: node hosts and every container started, as the lab records."""
+        return Path(self.base["defaults"]["ssh"]["known_hosts"])
+
+    def address(self, index: int) -> str:
+        """The address :meth:`inventory` gives its ``index``-th container (from 0)."""
+        return f"{self.net}.{FIRST_HOST + index}"
+
+    def container_host(self, vmid: int, address: str) -> SshHost:
+        """Container ``vmid`` as the lab runs it (its netns), for :mod:`tests.support.faults`."""
+        prefix = LabNetwork(node_host=self.env["DFLASHOPS_LAB_NODE_HOST"]).container_prefix
+        name = host_name(vmid, prefix)
+        ssh = self.base["defaults"]["ssh"]
+        return SshHost(
+            name=name,
+            address=address,
+            port=22,
+            user="root",
+            key_file=Path(ssh["key_file"]),
+            known_hosts=Path(ssh["known_hosts"]),
+            pid=0,
+            workdir=self.workdir,
+            netns=name,
+            veth=f"v-{name}",
+        )
 
     def names(self, count: int, prefix: str = "fct") -> list[str]:
         return [f"{prefix}{index}" for index in range(1, count + 1)]

@@ -250,6 +250,8 @@ def test_a_provision_entry_in_one_line() -> None:
     same = ContainerReport(name="ct2", cluster="c", node="lab2", vmid=402, action="unchanged")
     same.applied = ["replanned: CT 402 config changed since planning"]
     assert same.result_line() == "ct2: unchanged (vmid 402, node lab2)"
+    same.applied.append("start")
+    assert same.result_line() == "ct2: changed (vmid 402, node lab2, 1 step)"
     failed = ContainerReport(name="ct3", cluster="c", node="lab", action="change")
     failed.error = "ct3: cannot log in over SSH: refused"
     assert failed.result_line() == "ct3: failed: cannot log in over SSH: refused"

@@ -81,6 +81,7 @@ class NetnsContainers:
         self.own_bridge = own_bridge
         self.extra_mounts = tuple(extra_mounts)
         self._hosts: dict[int, SshHost] = {}
+        self._starting: set[str] = set()  # addresses of hosts being started
         self._lock = threading.Lock()
         extra = (SHM.target, *(m.target for m in self.extra_mounts))
         for target in (*OVERLAID, *PRIVATE, *extra):
@@ -135,9 +136,22 @@ class NetnsContainers:
         folder = self.container_dir(vmid)
         if not folder.is_dir():
             raise LabError(f"CT {vmid} has no lab files in {folder} (created by another double?)")
-        with self._lock:
-            taken = {host.address for host in self._hosts.values()}
-        address = self._address(config, taken)
+        with self._lock:  # containers start at once: an address is taken before its host runs
+            taken = {host.address for host in self._hosts.values()} | self._starting
+            address = self._address(config, taken)
+            self._starting.add(address)
+        try:
+            host = self._start_host(vmid, folder, address, config)
+            with self._lock:
+                self._hosts[vmid] = host
+        finally:
+            with self._lock:
+                self._starting.discard(address)
+        return host.address
+
+    def _start_host(
+        self, vmid: int, folder: Path, address: str, config: Mapping[str, str]
+    ) -> SshHost:
         mounts = [Mount.overlay(target, upper=folder / target.strip("/")) for target in OVERLAID]
         for target in PRIVATE:
             (folder / target.strip("/")).mkdir(exist_ok=True)
@@ -153,9 +167,7 @@ class NetnsContainers:
             client_key=self._key_stem(vmid),
         )
         self._set_mac(host, config)
-        with self._lock:
-            self._hosts[vmid] = host
-        return host.address
+        return host
 
     def on_stop(self, vmid: int) -> None:
         with self._lock:
