@@ -51,8 +51,8 @@ from dflashops.up.steps import steps_until  # noqa: E402
 from tests.support.fleet_lab import FleetLab, Timed, fleet_lab  # noqa: E402
 
 CIDR = "10.200.37.0/24"  # issue 36 (the test uses .36)
-# with 50 containers at once on this machine, each a network namespace with its own sshd and
-# overlays; measured: about 12 MiB each (sshd, the overlays' page cache), 64 leaves headroom
+# each lab container is a network namespace with its own sshd and overlays: 50 of them took
+# 46 MiB of MemAvailable here (2026-12-04); 64 each is the margin a size must find free
 MIB_PER_CONTAINER = 64
 TARGETS_S = {  # the issue's targets at 50 containers
     "provision (creating)": 30.0,

@@ -4,13 +4,16 @@ display's finished lines in inventory order, and each container's one line."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 
 import pytest
+from rich.console import Console
+from rich.progress import Progress
 
 from dflashops.cli.fleet_view import MAX_PARALLEL as CLI_MAX
-from dflashops.cli.fleet_view import FinishedLines, LaterTell
+from dflashops.cli.fleet_view import FinishedLines, LaterTell, LiveFleet
 from dflashops.inventory import models
 from dflashops.launch.status import ServerStatus
 from dflashops.proxmox.clusters import SharedListing
@@ -271,3 +274,17 @@ def test_a_status_row_and_a_destroy_result_in_one_line() -> None:
     assert absent.line() == "ct2: absent (lab2)"
     gone = DestroyResult(name="ct1", node="lab", vmid=401, outcome="failed", note="CT is locked")
     assert gone.line() == "ct1 (vmid 401) on lab: failed: CT is locked"
+
+
+def test_a_terminal_keeps_one_line_per_container_in_order_under_a_count() -> None:
+    progress = Progress(console=Console(file=io.StringIO(), force_terminal=True))
+    live = LiveFleet(progress, "provisioning", ["a", "b", "c"])
+    live("c", "creating CT 403")
+    live.done("b", "b: created (vmid 402, node lab)")
+    assert [task.description for task in progress.tasks] == [
+        "provisioning: 1 of 3 finished",
+        "a: waiting",
+        "b: created (vmid 402, node lab)",
+        "c: creating CT 403",
+    ]
+    assert [task.finished for task in progress.tasks[1:]] == [False, True, False]
