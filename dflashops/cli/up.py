@@ -35,8 +35,8 @@ pass_app = click.make_pass_decorator(AppContext)
     type=click.IntRange(1, 64),
     default=None,
     metavar="N",
-    help="Pairs at once. [default: 2 for a run (each loads a model and benches); for "
-    "--dry-run, which only reads, the inventory's parallel, 8 unless set]",
+    help="Pairs at once. [default: the inventory's parallel (8 unless set) for provision "
+    "steps and --dry-run; 2 past provision, where each loads a model and benches; N sets both]",
 )
 @click.option(
     "--fix-drafter",
