@@ -88,9 +88,13 @@ def command_line(argv: list[str]) -> str:
     return shlex.join([".venv/bin/python", "benchmarks/engine_matrix.py", *argv])
 
 
+FINDINGS = Path(__file__).with_name("engine_matrix_findings.md")
+
+
 def write_report(results: Path, doc_path: Path) -> None:
     doc = store.load_results(results)
-    doc_path.write_text(render(doc), encoding="utf-8")
+    findings = FINDINGS.read_text(encoding="utf-8") if FINDINGS.exists() else ""
+    doc_path.write_text(render(doc, findings), encoding="utf-8")
     print("\n".join(matrix_table(doc)))
     print(f"wrote {doc_path}")
 

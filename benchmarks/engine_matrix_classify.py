@@ -39,7 +39,12 @@ _PREFIX = re.compile(
 )
 _QUIET = re.compile(r"^(\(\w+(?: pid=\d+)?\)\s+)?(INFO|WARNING|DEBUG)\s+\d\d-\d\d ")
 _ISSUE = re.compile(r"(?:github\.com/vllm-project/vllm/(?:issues|pull)/|vllm#)(\d+)")
-_NEEDS = re.compile(r"\b(?:needs|requires|first)\b[^0-9]{0,40}?(\d+\.\d+\.\d+)", re.IGNORECASE)
+_NEEDS = re.compile(
+    r"\b(?:needs|requires|first|speculative decoding from)\b[^0-9]{0,40}?(\d+\.\d+\.\d+)",
+    re.IGNORECASE,
+)
+_EXPECTED = re.compile(r"\bengine\.(\w+): expected \w+>=(\d+\.\d+\.\d+)")
+_WHERE = re.compile(r"^\S+\.ya?ml:\d+: ")
 # a trained drafter whose acceptance length stays below this drafted next to nothing
 NEAR_ZERO_AL = 1.05
 TRAINED = frozenset({"draft_model", "dflash"})
@@ -127,6 +132,10 @@ def short_engine(line: str) -> str:
 
 
 def refused_text(message: str) -> str:
+    message = _WHERE.sub("", message, count=1)  # the playbook's path and line, when it leads
+    key = _EXPECTED.search(message)  # the drafter check's engine finding
+    if key:
+        return f"refused: {key.group(1)} needs {key.group(2)}"
     needs = _NEEDS.search(message)
     return f"refused: needs {needs.group(1)}" if needs else "refused: " + shorten(message, 36)
 

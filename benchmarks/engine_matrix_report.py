@@ -172,8 +172,23 @@ def _dates(doc: dict[str, Any]) -> str:
     return first if first == last or not last else f"{first} to {last}"
 
 
-def render(doc: dict[str, Any]) -> str:
-    """The whole page."""
+def _commands(sessions: list[dict[str, Any]], last: object) -> list[str]:
+    """One line per distinct command the sessions ran, in order (the last alone when unknown)."""
+    seen: list[str] = []
+    for session in sessions:
+        command = str(session.get("command") or "")
+        if command and command not in seen:
+            seen.append(command)
+    if not seen:
+        return [f"- Command: `{last or '?'}`"]
+    if len(seen) == 1:
+        return [f"- Command: `{seen[0]}`"]
+    return ["- Commands, in order:", *(f"  - `{command}`" for command in seen)]
+
+
+def render(doc: dict[str, Any], findings: str = "") -> str:
+    """The whole page; ``findings`` (markdown, ``engine_matrix_findings.md``) says what the runs
+    taught, including what a cell showed before dflashops learnt to refuse it."""
     sessions = doc.get("sessions") or []
     settings = doc.get("settings") or {}
     intro = (
@@ -202,7 +217,7 @@ def render(doc: dict[str, Any]) -> str:
         "",
         f"- Date: {_dates(doc)} (UTC); {_duration(doc.get('total_s'))} in "
         f"{len(sessions)} session(s)",
-        f"- Command: `{doc.get('command') or '?'}`",
+        *_commands(sessions, doc.get("command")),
         *wrap(f"- Machine: {describe_machine(doc.get('machine') or {})}", "  "),
         "",
         *matrix_table(doc),
@@ -211,6 +226,7 @@ def render(doc: dict[str, Any]) -> str:
         "",
         *wrap(drafters),
         "",
+        *([findings.strip(), ""] if findings.strip() else []),
         "## Notes per cell",
     ]
     recorded = doc.get("cells") or {}

@@ -696,3 +696,20 @@ def test_the_engine_error_is_the_first_cause_not_a_wrapper_or_the_shutdown_noise
         "TypeError: _rejection_greedy_sample_kernel_impl() got an unexpected keyword argument "
         "'SYNTHETIC_MODE'"
     )
+
+
+def test_a_playbook_refusal_names_the_release_without_the_playbook_path() -> None:
+    message = (
+        "/w/playbooks/matrix-0.20.0-ngram.yaml:3: vLLM's CPU build runs speculative decoding "
+        "from 0.21.0 (0.20.x fails at start: …); the playbook pins 0.20.0"
+    )
+    assert classify.refused_text(message) == "refused: needs 0.21.0"
+
+
+def test_a_drafter_check_refusal_names_the_key_and_the_release() -> None:
+    message = (
+        "drafter check found 1 error(s): engine.layer_types: expected vllm>=0.25.0, found "
+        "vllm==0.22.0 (hint: fix the drafter (`dflashops drafter check`), or --force to launch "
+        "anyway)"
+    )
+    assert classify.refused_text(message) == "refused: layer_types needs 0.25.0"
