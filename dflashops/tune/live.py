@@ -108,6 +108,22 @@ class LiveTuneOutcome:
         }
 
 
+def playbook_to_tune(request: LiveTuneRequest) -> tuple[Path, Playbook, int]:
+    """The container's playbook, loaded, and its k: both live tuners start here. A playbook
+    without speculative decoding, or without exactly one k line to edit (k* is written by a
+    one-line edit), fails now, before the first launch."""
+    path = playbook_for_container(request.container, request.playbook)
+    book = load_playbook(path)
+    current_k = book.server.num_speculative_tokens
+    if book.drafter.method == "none" or not current_k:
+        raise TuneInputError(
+            f"{path}: the playbook runs without speculative decoding (no k to tune)",
+            field="playbook",
+        )
+    k_line_change(path.read_text(encoding="utf-8"), current_k)
+    return path, book, current_k
+
+
 def run_live_tune(
     plan: TunePlan, launch: Launch, measure: Measure, say: Say | None = None
 ) -> LiveTuneOutcome:
@@ -193,16 +209,7 @@ def live_tune(
     line cannot be edited fails here, before the first launch. Every launch and bench goes over
     one connection: ``access`` (the caller's, left open) or one opened here."""
     tell = say or quiet
-    path = playbook_for_container(request.container, request.playbook)
-    book = load_playbook(path)
-    current_k = book.server.num_speculative_tokens
-    if book.drafter.method == "none" or not current_k:
-        raise TuneInputError(
-            f"{path}: the playbook runs without speculative decoding (no k to tune)",
-            field="playbook",
-        )
-    # k* is written by a one-line edit: a playbook without exactly one k line fails now
-    k_line_change(path.read_text(encoding="utf-8"), current_k)
+    path, book, current_k = playbook_to_tune(request)
     settings = _settings(request, book, path)
     with ExitStack() as stack:
         if access is None:

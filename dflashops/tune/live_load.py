@@ -31,7 +31,7 @@ from dflashops.inventory.load import Inventory
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
 from dflashops.progress import Say, quiet
-from dflashops.tune.live import k_line_change, set_num_speculative_tokens
+from dflashops.tune.live import playbook_to_tune, set_num_speculative_tokens
 from dflashops.tune.load_model import LoadResult
 from dflashops.tune.load_plan import LoadTunePlan
 from dflashops.tune.load_runs import LevelRun, level_runs_from_report
@@ -226,15 +226,7 @@ def live_load_tune(
     """``tune NAME --load``: the loop against the container's real server; the tuned playbook
     text is returned (and written back unless ``request.write_playbook`` is False)."""
     tell = say or quiet
-    path = playbook_for_container(request.container, request.playbook)
-    book = load_playbook(path)
-    current_k = book.server.num_speculative_tokens
-    if book.drafter.method == "none" or not current_k:
-        raise TuneInputError(
-            f"{path}: the playbook runs without speculative decoding (no k to tune)",
-            field="playbook",
-        )
-    k_line_change(path.read_text(encoding="utf-8"), current_k)  # a k line to edit, or fail now
+    path, book, current_k = playbook_to_tune(request)
     settings = LoadSettings.from_playbook(
         book.tune,
         levels=request.load,
