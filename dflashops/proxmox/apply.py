@@ -143,9 +143,13 @@ def plan_provision(
     session = request.session or PveSession(inventory, options=request.options, progress=progress)
     plan = ProvisionPlan(request, [], session, owns_session=request.session is None)
     chosen = inventory.select(request.names)
-    plan.containers = run_each(
-        chosen, lambda ct: _plan_one(session, ct, lanes), parallel=plan.parallel
-    )
+    try:
+        plan.containers = run_each(
+            chosen, lambda ct: _plan_one(session, ct, lanes), parallel=plan.parallel
+        )
+    except BaseException:  # Ctrl-C: the connections planning opened end here
+        plan.close()
+        raise
     return plan
 
 
