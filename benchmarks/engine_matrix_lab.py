@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from typing import Any
 from engine_matrix_cells import CONTAINER, CT_EAGLE3, CT_VENV, DEFAULT_RUNTIME, REPO
 
 from dflashops.cache import cache_root
+from dflashops.lab.run_folder import mounts_using
 from dflashops.lab.runtime import MARKER
 
 CLI = (sys.executable, "-m", "dflashops.cli")
@@ -87,28 +87,10 @@ def missing_mounts(mounts: dict[str, str], versions: Iterable[str]) -> list[str]
     return missing
 
 
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def _under(path: str, folder: str) -> bool:
-    folder = folder.rstrip("/")
-    return path == folder or path.startswith(folder + "/")
-
-
 def mounted_below(mountinfo: str, folder: Path) -> list[str]:
     """Mount points at or below ``folder``, and bind mounts whose source is there (the lab's
-    staged binds of a runtime), from ``/proc/self/mountinfo`` text."""
-    target = str(folder)
-    hits = []
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if len(fields) < 5:
-            continue
-        root, point = _unescape(fields[3]), _unescape(fields[4])
-        if _under(point, target) or (root != "/" and _under(root, target)):
-            hits.append(point)
-    return hits
+    staged binds of a runtime), from ``/proc/self/mountinfo`` text (the product's rule)."""
+    return [str(point) for point in mounts_using(folder, mountinfo)]
 
 
 def run_cli(

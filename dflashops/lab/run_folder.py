@@ -47,11 +47,39 @@ def mounts_below(folder: Path) -> list[Path]:
         fields = line.split()
         if len(fields) < 5:
             continue
-        # mountinfo escapes space, tab, newline and backslash as \ooo
-        point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4]))
+        point = Path(_unescape(fields[4]))
         if point == folder or point.is_relative_to(folder):
             found.add(point)
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def mounts_using(folder: Path, mountinfo: str | None = None) -> list[Path]:
+    """Mount points at or below ``folder``, and bind mounts anywhere whose source lies there (a
+    lab's staged bind of a runtime, in this mount namespace): deleting ``folder`` would pull the
+    files out from under them. ``mountinfo`` is ``/proc/self/mountinfo``'s text (read when None).
+
+    A bind's source shows as the mount's root within its filesystem, which is the host path for
+    a folder on ``/``; on another filesystem it is relative to that filesystem's root, so a folder
+    there may be reported in use when it is not: the safe side for a removal."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return []
+    found = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        root, point = (Path(_unescape(f)) for f in fields[3:5])
+        if point.is_relative_to(folder) or (root != Path("/") and root.is_relative_to(folder)):
+            found.append(point)
+    return found
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as \\ooo."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
 
 
 def remove_run_folder(run: Path) -> None:

