@@ -23,6 +23,15 @@ NON_CAUSAL_BACKENDS = frozenset(
 )
 DFLASH_GPU_BACKEND = "FLASH_ATTN"
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads it when --api-key is absent (envs.VLLM_API_KEY)
+# SGLang 0.5.3-0.5.9 take n-gram bounds as --speculative-ngram-{min,max}-match-window-size;
+# 0.5.10 replaced the window by a trie (--speculative-ngram-max-trie-depth) and its argument
+# parser refuses the old flags, so the server does not start (the drafter check says the same)
+SGLANG_DROPS_NGRAM_WINDOW = (0, 5, 10)
+# SGLang serves /metrics only when asked (vLLM always does); bench and watch read it
+SGLANG_METRICS_FLAG = "--enable-metrics"
+# SGLang's CPU engine is chosen by this variable, not by --device alone: without it
+# sglang.srt.utils.common.is_cpu() is False and the CPU backends are never picked (0.5.16)
+SGLANG_CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 # SGLang's speculative algorithm per playbook method (NEXTN is SGLang's MTP name, EAGLE inside)
 SGLANG_ALGORITHMS = {
     "dflash": "DFLASH",
@@ -166,20 +175,55 @@ def sglang_argv(playbook: Playbook, python: str, target: TargetFacts) -> list[st
             argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
         argv += ["--speculative-num-draft-tokens", str(k + 1)]
         if method == "ngram":
-            if drafter.prompt_lookup_min is not None:
-                argv += [
-                    "--speculative-ngram-min-match-window-size",
-                    str(drafter.prompt_lookup_min),
-                ]
-            if drafter.prompt_lookup_max is not None:
-                argv += [
-                    "--speculative-ngram-max-match-window-size",
-                    str(drafter.prompt_lookup_max),
-                ]
+            argv += _sglang_ngram_window(playbook)
         if target.hybrid_linear_attention:
             # hybrid GDN targets must roll their recurrent state back on rejected drafts
             argv += ["--mamba-scheduler-strategy", "extra_buffer"]
+    if SGLANG_METRICS_FLAG not in server.extra_args:
+        argv.append(SGLANG_METRICS_FLAG)
     return argv + list(server.extra_args)
+
+
+def _sglang_ngram_window(playbook: Playbook) -> list[str]:
+    """The n-gram lookup bounds as the pinned SGLang release takes them (none from 0.5.10)."""
+    drafter = playbook.drafter
+    bounds = (
+        (
+            "prompt_lookup_min",
+            drafter.prompt_lookup_min,
+            "--speculative-ngram-min-match-window-size",
+        ),
+        (
+            "prompt_lookup_max",
+            drafter.prompt_lookup_max,
+            "--speculative-ngram-max-match-window-size",
+        ),
+    )
+    given = [(key, value, flag) for key, value, flag in bounds if value is not None]
+    if not given:
+        return []
+    if playbook.engine.version_tuple >= SGLANG_DROPS_NGRAM_WINDOW:
+        key, _, flag = given[0]
+        raise PlaybookError(
+            f"SGLang {playbook.engine.version} has no {flag}: 0.5.10 replaced the n-gram window "
+            "by a trie, and its argument parser refuses the flag (the server would not start)",
+            source="playbook",
+            key=f"drafter.{key}",
+            hint="remove drafter.prompt_lookup_min/max for SGLang >= 0.5.10 (its trie is tuned "
+            "with --speculative-ngram-max-trie-depth and friends in server.extra_args), or pin "
+            "SGLang 0.5.3-0.5.9",
+        )
+    argv: list[str] = []
+    for _, value, flag in given:
+        argv += [flag, str(value)]
+    return argv
+
+
+def engine_base_env(playbook: Playbook) -> dict[str, str]:
+    """Variables the engine needs for what the playbook asks (the playbook's own env wins)."""
+    if playbook.engine.name == "sglang" and playbook.server.device == "cpu":
+        return dict(SGLANG_CPU_ENV)
+    return {}
 
 
 def engine_argv(playbook: Playbook, python: str, target: TargetFacts | None = None) -> list[str]:

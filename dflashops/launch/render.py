@@ -16,7 +16,13 @@ from typing import Literal
 from dflashops import __version__
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.drafter.registry import load_registry
-from dflashops.launch.args import VLLM_API_KEY_ENV, TargetFacts, engine_argv, speculative_config
+from dflashops.launch.args import (
+    VLLM_API_KEY_ENV,
+    TargetFacts,
+    engine_argv,
+    engine_base_env,
+    speculative_config,
+)
 from dflashops.launch.templates import render_template
 from dflashops.playbook.models import Playbook
 from dflashops.server.spec import ServerSpec
@@ -81,8 +87,9 @@ class Rendered:
 
 
 def engine_env(playbook: Playbook, required_env: dict[str, str]) -> dict[str, str]:
-    """The drafter's required variables, then the playbook's own (an explicit value wins)."""
-    return {**required_env, **playbook.server.env}
+    """The engine's own needs, the drafter's required variables, then the playbook's own (an
+    explicit value wins)."""
+    return {**engine_base_env(playbook), **required_env, **playbook.server.env}
 
 
 def build_spec(playbook: Playbook, inputs: RenderInputs) -> ServerSpec:

@@ -33,7 +33,7 @@ def playbook(engine: str = "vllm", method: str = "dflash", **server: Any) -> Pla
     drafter: dict[str, Any] = {"method": method}
     if method in ("dflash", "eagle3", "draft_model"):
         drafter["model"] = {"path": f"/models/drafter-{method}"}
-    if method == "ngram":
+    if method == "ngram" and engine == "vllm":  # SGLang >= 0.5.10 has no window bounds
         drafter.update(prompt_lookup_min=2, prompt_lookup_max=4)
     settings: dict[str, Any] = {"port": 30000, "max_model_len": 8192, **server}
     if method != "none":
