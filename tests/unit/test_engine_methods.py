@@ -165,6 +165,17 @@ def test_base_venv_version_placeholder_follows_the_pin(tmp_path: Path) -> None:
     assert book("none", "0.32.0", base_venv="/opt/venv").engine.base_venv == Path("/opt/venv")
 
 
+def test_base_venv_engine_placeholder_follows_the_engine(tmp_path: Path) -> None:
+    path = tmp_path / "lab.yaml"
+    path.write_text(
+        "name: lab\nmodel: {path: /models/m}\nserver: {device: cpu}\n"
+        "engine: {version: 0.32.0, base_venv: '/opt/lab/venv-{engine}-cpu-{version}'}\n"
+    )
+    assert load_playbook(path).engine.base_venv == Path("/opt/lab/venv-vllm-cpu-0.32.0")
+    moved = load_playbook(path, ["engine.name=sglang", "engine.version=0.5.16"])
+    assert moved.engine.base_venv == Path("/opt/lab/venv-sglang-cpu-0.5.16")
+
+
 @pytest.mark.parametrize(
     ("base_venv", "what"),
     [
@@ -178,7 +189,7 @@ def test_any_other_placeholder_in_base_venv_is_refused(base_venv: str, what: str
         book("none", "0.32.0", base_venv=base_venv)
     error = caught.value.errors()[0]
     assert error["loc"] == ("engine", "base_venv")
-    assert error["msg"] == f"Value error, {what}: only {{version}} is replaced"
+    assert error["msg"] == f"Value error, {what}: only {{version}} and {{engine}} are replaced"
 
 
 def _write(path: Path, version: str, method: str) -> Path:

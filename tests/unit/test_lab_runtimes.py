@@ -80,6 +80,25 @@ def test_cached_runtimes_oldest_first_and_mounted_by_release(cache: Path) -> Non
     assert runtime_mount("0.25.1") not in mounts
 
 
+def test_a_finished_sglang_cpu_venv_is_mounted_by_its_folder_name(cache: Path) -> None:
+    finished = cache / "lab" / "venv-sglang-cpu-0.5.16"
+    (finished / "bin").mkdir(parents=True)
+    (finished / "bin" / "python").write_text("")
+    package = finished / "lib" / "python3.11" / "site-packages" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (finished / "pyvenv.cfg").write_text("home = /root/.pyenv/versions/3.11.7/bin\n")
+    unfinished = cache / "lab" / "venv-sglang-cpu-0.5.17"  # its install stopped before sglang
+    (unfinished / "bin").mkdir(parents=True)
+    (unfinished / "bin" / "python").write_text("")
+
+    mounts = lab_mounts()
+
+    assert mounts["/opt/lab/venv-sglang-cpu-0.5.16"] == finished
+    assert mounts["/root/.pyenv/versions/3.11.7"] == Path("/root/.pyenv/versions/3.11.7")
+    assert "/opt/lab/venv-sglang-cpu-0.5.17" not in mounts
+
+
 def test_a_server_spec_names_the_runtime_s_own_release(cache: Path) -> None:
     found = runtime.find_runtime(cached("0.26.0"))
     assert found is not None

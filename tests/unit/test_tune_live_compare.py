@@ -12,7 +12,17 @@ from dflashops.cli import cli
 from dflashops.errors import TuneInputError
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
-from dflashops.tune.compare import Skipped, parse_methods, playbook_for_method, run_compare
+from dflashops.tune.compare import (
+    EngineChoice,
+    Skipped,
+    parse_engine_k,
+    parse_engines,
+    parse_methods,
+    playbook_for_engine,
+    playbook_for_method,
+    run_compare,
+    run_engines,
+)
 from tests.support.reports import bench_report, level_result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,3 +109,86 @@ def test_live_and_offline_options_do_not_mix(command: str, args: list[str], mess
     result = CliRunner().invoke(cli, [command, *args])
     assert result.exit_code == 2
     assert message in result.output
+
+
+DFLASH_BOOK = REPO / "playbooks" / "lab-dflash.yaml"
+
+
+def test_engines_are_parsed_with_their_pinned_releases() -> None:
+    assert parse_engines("vllm, sglang==0.5.16,vllm") == [
+        EngineChoice("vllm"),
+        EngineChoice("sglang", "0.5.16"),
+    ]
+    with pytest.raises(TuneInputError, match="unknown engine 'trtllm'"):
+        parse_engines("vllm,trtllm")
+    with pytest.raises(TuneInputError, match="pins no release"):
+        parse_engines("sglang==")
+    assert parse_engine_k(["vllm=5", "sglang=3"]) == {"vllm": 5, "sglang": 3}
+    with pytest.raises(TuneInputError, match="not ENGINE=K"):
+        parse_engine_k(["sglang=0"])
+
+
+def test_each_engine_becomes_the_playbook_file_loaded_for_it() -> None:
+    book = load_playbook(DFLASH_BOOK)
+    assert playbook_for_engine(DFLASH_BOOK, book, EngineChoice("vllm")) is book
+
+    sglang = playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.16"), k=3)
+
+    assert isinstance(sglang, Playbook)
+    assert (sglang.engine.name, sglang.engine.version) == ("sglang", "0.5.16")
+    # the lab playbook's /opt/lab/venv-{engine}-cpu-{version} follows the engine
+    assert sglang.engine.base_venv == Path("/opt/lab/venv-sglang-cpu-0.5.16")
+    assert sglang.server.num_speculative_tokens == 3
+    assert sglang.drafter == book.drafter
+
+
+def test_an_engine_without_its_release_is_refused_before_anything_runs() -> None:
+    book = load_playbook(DFLASH_BOOK)
+    with pytest.raises(TuneInputError, match="give the sglang release"):
+        playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang"))
+
+
+def test_an_engine_release_that_lacks_the_method_is_skipped_with_the_reason() -> None:
+    book = load_playbook(DFLASH_BOOK)
+
+    skipped = playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.3"))
+
+    assert isinstance(skipped, Skipped)
+    assert skipped.engine == "sglang==0.5.3" and "dflash" in skipped.reason
+
+
+def test_engines_times_methods_each_launch_once_and_rows_name_their_engine() -> None:
+    book = load_playbook(DFLASH_BOOK)
+    books = [
+        book,
+        playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.16")),
+        playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.3")),
+    ]
+    launched: list[tuple[str, str]] = []
+
+    def launch(at: Playbook) -> None:
+        launched.append((at.engine.name, at.drafter.method))
+
+    outcome = run_engines(books, parse_methods("none,dflash"), launch, fake_report)
+
+    assert launched == [
+        ("vllm", "none"),
+        ("vllm", "dflash"),
+        ("sglang", "none"),
+        ("sglang", "dflash"),
+    ]
+    assert [row.engine for row in outcome.rows] == ["vllm 0.32.0"] * 2 + ["sglang 0.5.16"] * 2
+    assert [item.engine for item in outcome.skipped] == ["sglang==0.5.3"]
+    assert set(outcome.section()["levels"]) == {
+        "vllm 0.32.0 none",
+        "vllm 0.32.0 dflash",
+        "sglang 0.5.16 none",
+        "sglang 0.5.16 dflash",
+    }
+
+
+def test_compare_options_are_checked_before_anything_runs() -> None:
+    result = CliRunner().invoke(cli, ["compare", "lab-ct1", "--engines", "vllm,tgi"])
+    assert result.exit_code == 2 and "unknown engine 'tgi'" in result.output
+    result = CliRunner().invoke(cli, ["compare", "lab-ct1", "--k", "sglang"])
+    assert result.exit_code == 2 and "not ENGINE=K" in result.output
