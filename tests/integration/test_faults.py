@@ -115,6 +115,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield lab
 
 
+GATE = "/srv/probe-gate"  # the fake engine answers completions only while this file exists
+
+
 def cli(lab: Lab, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
     return run_cli(lab.env, *args, check=check, timeout=240)
 
@@ -200,8 +203,12 @@ def test_ctrl_c_during_launch_rolls_back_and_the_rerun_converges(lab: Lab) -> No
     before_path = book(lab, "before", FAKE_HEALTH_AFTER="0", FAKE_PROBE_AFTER="0")
     assert cli(lab, "launch", CT, "-p", before_path).returncode == 0
     before = manifest(lab)
-    # the new server answers completions only after 20 s: Ctrl-C comes while launch waits
-    after_path = book(lab, "after", FAKE_HEALTH_AFTER="2", FAKE_PROBE_AFTER="20")
+    # the new server answers completions only once the test opens its gate: Ctrl-C comes while
+    # launch waits, however slowly this machine runs
+    remote(lab, f"rm -f {GATE}")
+    after_path = book(
+        lab, "after", FAKE_HEALTH_AFTER="2", FAKE_PROBE_AFTER="0", FAKE_PROBE_GATE=GATE
+    )
     process = subprocess.Popen(
         [sys.executable, "-m", "dflashops.cli", "launch", CT, "-p", after_path],
         env=lab.env,
@@ -216,16 +223,18 @@ def test_ctrl_c_during_launch_rolls_back_and_the_rerun_converges(lab: Lab) -> No
         with lab.conn(CT) as conn:
             now = server_status(conn)
         spec = remote(lab, f"cat {DEFAULT_LAYOUT.spec}")
-        started = now.running and now.pid != before["pid"] and '"20"' in spec
+        started = now.running and now.pid != before["pid"] and GATE in spec
     assert started, "the new server never started"
     time.sleep(2)
+    assert process.poll() is None, "launch ended before Ctrl-C: " + process.communicate()[1]
     process.send_signal(signal.SIGINT)
     _out, err = process.communicate(timeout=180)
     assert process.returncode == 1, err
     assert "interrupted (Ctrl-C)" in err
     assert "rolled back; the previous server serves again" in err
     serving_matches_manifest(lab)
-    assert '"20"' not in remote(lab, f"cat {DEFAULT_LAYOUT.spec}")  # the previous spec is back
+    assert GATE not in remote(lab, f"cat {DEFAULT_LAYOUT.spec}")  # the previous spec is back
+    remote(lab, f"touch {GATE}")
     # the plain rerun converges: the new server, then nothing to do
     again = json.loads(cli(lab, "launch", CT, "-p", after_path, "--json").stdout)
     assert again["action"] == "restarted"

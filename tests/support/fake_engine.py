@@ -2,7 +2,9 @@
 ``vllm.entrypoints.cli.main`` in a base venv made in a lab container.
 
 It answers ``/health`` after ``FAKE_HEALTH_AFTER`` s and completions after ``FAKE_PROBE_AFTER``
-s (so readiness and rollback are tested in seconds), fails on purpose with
+s (so readiness and rollback are tested in seconds) and, with ``FAKE_PROBE_GATE=PATH``, only
+while that file exists (a test opens the gate when it wants, whatever the machine's load), fails
+on purpose with
 ``FAKE_FAIL=port``, records what it was asked in ``FAKE_RECORD``, and with ``FAKE_CHILD=1``
 starts a child that stays in its process group after it dies, as vLLM's ``EngineCore`` does.
 """
@@ -41,6 +43,7 @@ def main():
     name = flag(args, "--served-model-name")
     health_after = float(os.environ.get("FAKE_HEALTH_AFTER", "0"))
     probe_after = float(os.environ.get("FAKE_PROBE_AFTER", "0"))
+    gate = os.environ.get("FAKE_PROBE_GATE")
     record = os.environ.get("FAKE_RECORD")
     print(f"fake engine: starting {name} on {port}", flush=True)
     if os.environ.get("FAKE_FAIL") == "port":
@@ -78,7 +81,8 @@ def main():
 
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            code = 200 if time.time() - started >= probe_after else 503
+            opened = not gate or os.path.exists(gate)
+            code = 200 if opened and time.time() - started >= probe_after else 503
             note(f"completion {code}")
             self.send(code, {"choices": [{"text": "x"}]} if code == 200 else {"error": "warming"})
 
