@@ -38,7 +38,7 @@ KEEP_ARCH = 90
 PAIR = re.compile(r"ELi(\d+)ENS_(10bfloat16_t|6half_t|\d+float_e4m3_t|\d+float_e5m2_t)")
 
 
-def sections(data: bytes | memoryview) -> dict[str, tuple[int, int]]:
+def sections(data: bytes | bytearray | memoryview) -> dict[str, tuple[int, int]]:
     """ELF64 section name -> (file offset, size)."""
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)

@@ -113,7 +113,8 @@ def drafter_check(playbook: Playbook, models: Path) -> tuple[dict[str, str], Tar
 def render_run(name: str, models: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     book, k, backend, env = RUNS[name]
     playbook = playbook_for(book, k, backend, env)
-    required_env, target, verdict = ({}, TargetFacts(), "")
+    required_env: dict[str, str] = {}
+    target, verdict = TargetFacts(), ""
     if models is not None:
         required_env, target, verdict = drafter_check(playbook, models)
     inputs = RenderInputs(

@@ -44,12 +44,13 @@ def smoke_request(endpoint: str, playbook: Playbook) -> SmokeOutput:
             hint="see the server log: `dflashops logs NAME`",
         ) from None
     out = SmokeOutput(reply=content, usage=dict(data.get("usage") or {}))
-    # vLLM exposes spec-decode counters; SGLang has none to check
-    if playbook.drafter.method != "none" and playbook.engine.name == "vllm":
+    # the request has finished, so SGLang's per-request spec counters have moved too
+    if playbook.drafter.method != "none":
         counters = SpecDecodeCounters.from_scrape(metrics)
         if not counters.spec_decode:
+            family = "vllm:spec_decode_*" if playbook.engine.name == "vllm" else "sglang:spec_*"
             raise UpError(
-                f"the server at {base} exposes no vllm:spec_decode_* counters: speculation is off",
+                f"the server at {base} exposes no {family} metrics: speculation is off",
                 hint="check the launch's --speculative-config (`dflashops status NAME`)",
             )
         out.spec_decode = SpecDecodeCounts(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from dflashops.metrics.prometheus import Scrape
@@ -140,3 +143,56 @@ def test_a_vllm_scrape_is_not_read_as_sglang() -> None:
 
     assert not is_sglang(Scrape.parse(text))
     assert not SpecDecodeCounters.from_scrape(text).spec_decode
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def real_window(method: str) -> tuple[SpecDecodeCounters, SpecDecodeCounters]:
+    """Two scrapes of a real SGLang 0.5.16 CPU server around four 64-token requests."""
+    before, after = (
+        (FIXTURES / "metrics" / f"real-sglang-0.5.16-cpu-{method}-{when}.txt").read_text()
+        for when in ("before", "after")
+    )
+    return (
+        SpecDecodeCounters.from_scrape(before, model_name="tiny"),
+        SpecDecodeCounters.from_scrape(after, model_name="tiny"),
+    )
+
+
+def test_a_real_ngram_window_matches_what_sglang_said_per_request() -> None:
+    window = delta(*real_window("ngram"))
+    generated = json.loads(
+        (FIXTURES / "sglang" / "real-0.5.16-cpu-ngram-generate.json").read_text()
+    )
+    metas = [r["meta_info"] for r in generated["requests"] if r["path"] == "/generate"]
+
+    # the window holds exactly the four /generate requests whose meta_info was kept
+    assert window.generation_tokens == sum(m["completion_tokens"] for m in metas) == 256
+    assert window.num_drafts == sum(m["spec_verify_ct"] for m in metas) == 171
+    # completion = 1 (prefill) + verify forwards + accepted drafts, per request
+    assert window.num_accepted_tokens == sum(
+        m["completion_tokens"] - 1 - m["spec_verify_ct"] for m in metas
+    )
+    # SGLang's own spec_accepted_drafts also counts drafts accepted past max_tokens (one request
+    # accepted 4 that were never emitted): dflashops counts the emitted ones, as tok/s sees them
+    assert sum(m["spec_accepted_drafts"] for m in metas) - window.num_accepted_tokens == 4
+    assert window.num_draft_tokens == 171 * 4  # the verify window gauge: 5 = k 4 + 1
+    assert window.acceptance_length == pytest.approx(1 + 81 / 171)
+
+
+def test_a_real_eagle3_window_with_a_random_drafter_accepts_nothing() -> None:
+    before, after = real_window("eagle3")
+    window = delta(before, after)
+
+    assert before.spec_decode and after.spec_decode
+    assert window.num_drafts == 252 and window.generation_tokens == 256
+    assert window.num_accepted_tokens == 0
+    assert window.acceptance_length == pytest.approx(1.0)
+
+
+def test_a_real_server_without_speculation_reads_as_not_speculating() -> None:
+    before, after = real_window("none")
+
+    assert not after.spec_decode
+    assert delta(before, after).acceptance_length is None
