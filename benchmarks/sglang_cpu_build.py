@@ -28,8 +28,8 @@ Steps (each timed; the times seen here, 2 cores of a Xeon with AMX, are in ``STE
 
 At serve time SGLang's n-gram speculation compiles a C++ corpus at first use (its JIT
 ``ngram_corpus`` sources); with g++ 12 those miss ``<cstddef>``, so the recipe writes
-``VENV/bin/cxx-include-cstddef`` and a server that speculates with n-grams gets
-``CXX=<that file>`` (the capture script sets it; a lab playbook puts it in ``server.env``).
+``VENV/bin/cxx-include-cstddef`` and a ``sitecustomize.py`` that makes it ``CXX`` (when unset)
+for every interpreter run from the venv, a lab container's thin venv over it included.
 ``SGLANG_USE_CPU_ENGINE=1`` is the product's (``server.device: cpu``).
 
 The runtime used for the fixtures and RESULTS.md (2026-12-05) was built from an SGLang source
@@ -131,6 +131,27 @@ def write_cxx_wrapper(venv: Path) -> Path:
     return wrapper
 
 
+def write_sitecustomize(python: Path) -> Path:
+    """``sitecustomize.py`` in the venv: ``CXX`` defaults to the wrapper beside the interpreter
+    that runs, so a server started from this venv (or a thin venv over it, as launch makes)
+    compiles the n-gram corpus with no playbook setting, wherever the venv is mounted."""
+    probe = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    found = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True)
+    path = Path(found.stdout.strip()) / "sitecustomize.py"
+    path.write_text(SITECUSTOMIZE, encoding="utf-8")
+    return path
+
+
+SITECUSTOMIZE = f"""# dflashops lab (sglang_cpu_build.py): the n-gram corpus JIT needs <cstddef>
+import os as _os
+
+_wrapper = _os.path.join(_os.path.dirname(__file__), "..", "..", "..", "bin", "{CXX_WRAPPER}")
+if "CXX" not in _os.environ and _os.path.exists(_wrapper):
+    _os.environ["CXX"] = _os.path.normpath(_wrapper)
+del _os, _wrapper
+"""
+
+
 def numa_flags(scratch: Path) -> tuple[dict[str, str], list[str]]:
     """Environment and CMake defines that find numa.h and libnuma without libnuma-dev."""
     if NUMA_HEADER.exists():
@@ -161,7 +182,7 @@ def build(args: argparse.Namespace) -> dict[str, float]:
         requirements.write_text("\n".join(cpu_requirements(args.src, args.torch)) + "\n")
         step("deps", times, [*pip, "-r", str(requirements)])
         step("sglang", times, [*pip, "--no-deps", f"sglang=={args.version}"])
-        print(f"== cxx wrapper: {write_cxx_wrapper(venv)}")
+        print(f"== cxx wrapper: {write_cxx_wrapper(venv)}, {write_sitecustomize(python)}")
         if not args.torch_index and guard_torchvision(python):
             print("== torchvision: ops registrations skipped when its ops are missing")
         kernel = scratch / "sgl-kernel"

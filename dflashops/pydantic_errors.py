@@ -40,7 +40,18 @@ def first_error(exc: ValidationError, data: Any = None) -> tuple[Loc, str]:
 # Words in a key that say its value may be a secret (auth.password, server.env.HF_TOKEN, an
 # --api-key in extra_args): a value there is never echoed, whatever is wrong with it.
 SECRET_KEY_WORDS = frozenset(
-    {"auth", "key", "apikey", "token", "secret", "password", "passwd", "env", "extra_args"}
+    {
+        "auth",
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "env",
+        "extra_args",
+        "engine_args",
+    }
 )
 
 

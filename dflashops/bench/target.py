@@ -130,7 +130,7 @@ def resolve_target(
     if interval_note:
         notes.append(interval_note)
     read_log: str | None = log_path
-    extra_args = playbook.server.extra_args if playbook else []
+    extra_args = playbook.server.args_for(playbook.engine.name) if playbook else []
     if "--disable-log-stats" in (*argv, *extra_args):
         notes.append("server log not read: the server runs with --disable-log-stats")
         read_log = None

@@ -80,7 +80,7 @@ LISTED: dict[str, dict[str, Any]] = {
     "tune-offline": {
         "short_help": "Recommend num_speculative_tokens from measured acceptance and step times."
     },
-    "compare": {"short_help": "Launch and bench each speculative method; one table."},
+    "compare": {"short_help": "Launch and bench each engine and speculative method; one table."},
     "doctor": {"short_help": "Why a server is slow or accepts little: ranked findings."},
     "watch": {
         "short_help": "Live view of a server: tok/s, running batch, acceptance per position."

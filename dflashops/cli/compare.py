@@ -13,7 +13,7 @@ from dflashops.cli.context import AppContext, dump_json
 from dflashops.cli.options import SafePath, playbook_option, skip_pve_check_option
 
 if TYPE_CHECKING:
-    from dflashops.tune.compare import CompareOutcome
+    from dflashops.tune.compare import CompareOutcome, EngineChoice
 
 pass_app = click.make_pass_decorator(AppContext)
 
@@ -73,20 +73,9 @@ def compare(
     compare_methods.png from the saved result."""
     from dflashops.cli.progress import spinner
     from dflashops.deployment.playbooks import playbook_for_container
-    from dflashops.errors import TuneInputError
-    from dflashops.tune.compare import (
-        compare_container,
-        parse_engine_k,
-        parse_engines,
-        parse_methods,
-    )
+    from dflashops.tune.compare import compare_container
 
-    try:
-        chosen = parse_methods(methods)
-        on = parse_engines(engines) if engines else []
-        ks = parse_engine_k(engine_k)
-    except TuneInputError as exc:
-        raise click.BadParameter(exc.one_line(), param_hint=f"'--{exc.field}'") from exc
+    chosen, on, ks = _choices(methods, engines, engine_k)
     path = playbook_for_container(name, playbook_name)
     with spinner(f"compare on {name}", enabled=not as_json) as say:
 
@@ -109,20 +98,29 @@ def compare(
     if report is not None:
         saved = report.save(out or Path(f"compare-{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"))
     if as_json:
-        click.echo(
-            dump_json(
-                {
-                    "container": name,
-                    "playbook": str(path),
-                    **outcome.section(),
-                    "report": None if saved is None else str(saved),
-                }
-            )
-        )
+        section = {"container": name, "playbook": str(path), **outcome.section()}
+        click.echo(dump_json({**section, "report": None if saved is None else str(saved)}))
     else:
         _show(outcome, saved)
     if report is None:
         raise click.ClickException("no method could be measured")
+
+
+def _choices(
+    methods: str, engines: str | None, engine_k: tuple[str, ...]
+) -> tuple[list[str], list[EngineChoice], dict[str, int]]:
+    """The methods, engines and per-engine k asked for; a usage error names the option."""
+    from dflashops.errors import TuneInputError
+    from dflashops.tune.compare import parse_engine_k, parse_engines, parse_methods
+
+    try:
+        return (
+            parse_methods(methods),
+            parse_engines(engines) if engines else [],
+            parse_engine_k(engine_k),
+        )
+    except TuneInputError as exc:
+        raise click.BadParameter(exc.one_line(), param_hint=f"'--{exc.field}'") from exc
 
 
 def _show(outcome: CompareOutcome, saved: Path | None) -> None:

@@ -125,7 +125,7 @@ def vllm_argv(playbook: Playbook, python: str) -> list[str]:
     config = speculative_config(playbook)
     if config is not None:
         argv += ["--speculative-config", speculative_json(config)]
-    return argv + list(server.extra_args)
+    return argv + server.args_for("vllm")
 
 
 def sglang_argv(playbook: Playbook, python: str, target: TargetFacts) -> list[str]:
@@ -150,8 +150,10 @@ def sglang_argv(playbook: Playbook, python: str, target: TargetFacts) -> list[st
     argv += ["--tp-size", str(server.tensor_parallel_size)]
     if server.device == "cpu":
         argv += ["--device", "cpu"]
-    else:
-        argv += ["--mem-fraction-static", _number(server.gpu_memory_utilization)]
+    # on the CPU too: SGLang sizes its KV cache from this share of the host's memory (0.9 of a
+    # 24 GiB machine allocated 18 GB for a tiny model, then died), where vLLM's CPU build reads
+    # VLLM_CPU_KVCACHE_SPACE and is given no --gpu-memory-utilization
+    argv += ["--mem-fraction-static", _number(server.gpu_memory_utilization)]
     if server.max_model_len is not None:
         argv += ["--context-length", str(server.max_model_len)]
     if server.attention_backend:
@@ -179,9 +181,10 @@ def sglang_argv(playbook: Playbook, python: str, target: TargetFacts) -> list[st
         if target.hybrid_linear_attention:
             # hybrid GDN targets must roll their recurrent state back on rejected drafts
             argv += ["--mamba-scheduler-strategy", "extra_buffer"]
-    if SGLANG_METRICS_FLAG not in server.extra_args:
+    more = server.args_for("sglang")
+    if SGLANG_METRICS_FLAG not in more:
         argv.append(SGLANG_METRICS_FLAG)
-    return argv + list(server.extra_args)
+    return argv + more
 
 
 def _sglang_ngram_window(playbook: Playbook) -> list[str]:

@@ -75,14 +75,11 @@ def member_playbook(playbook: Playbook, member: Member, head: Member, layout: La
     placement = playbook.placement
     assert placement is not None
     server = playbook.server
-    clash = sorted(PLACEMENT_FLAGS.intersection(a.partition("=")[0] for a in server.extra_args))
-    if clash:
-        raise PlaybookError(
-            f"server.extra_args sets {', '.join(clash)}, which the placement decides",
-            source=f"playbook {playbook.name}",
-            key="server.extra_args",
-            hint="set the split and ports in placement: only",
-        )
+    for key, given in (
+        ("server.extra_args", server.extra_args),
+        ("server.engine_args.vllm", server.engine_args.get("vllm", [])),
+    ):
+        _no_placement_flags(playbook.name, key, given)
     args = list(server.extra_args) + runtime_args(placement, member, head)
     env = {
         "TMPDIR": member_tmpdir(layout),
@@ -152,3 +149,14 @@ def render_member(
     )
     rendered = Rendered(spec=base.spec, files=base.files + extra, supervisor=base.supervisor)
     return MemberRender(member, book, rendered)
+
+
+def _no_placement_flags(book: str, key: str, given: list[str]) -> None:
+    clash = sorted(PLACEMENT_FLAGS.intersection(a.partition("=")[0] for a in given))
+    if clash:
+        raise PlaybookError(
+            f"{key} sets {', '.join(clash)}, which the placement decides",
+            source=f"playbook {book}",
+            key=key,
+            hint="set the split and ports in placement: only",
+        )

@@ -169,6 +169,11 @@ class Server(Strict):
         "the load)",
     )
     extra_args: list[str] = Field(default_factory=list)
+    engine_args: dict[EngineName, list[str]] = Field(
+        default_factory=dict,
+        description="more arguments for one engine only, after extra_args: {sglang: [...]} "
+        "(one playbook for compare --engines when the engines want different flags)",
+    )
     env: dict[ENV_NAME, str] = Field(default_factory=dict)
 
     @field_validator("speculative_schedule")
@@ -197,11 +202,26 @@ class Server(Strict):
     @field_validator("extra_args")
     @classmethod
     def _no_secret_args(cls, value: list[str]) -> list[str]:
-        for arg in value:
-            flag = arg.partition("=")[0]
-            if flag.startswith("-") and _names_secret(flag.lstrip("-").upper().split("-")):
-                raise ValueError(f"{flag}: {SERVER_SECRET_REFUSED}")
+        return _no_secret_flags(value)
+
+    @field_validator("engine_args")
+    @classmethod
+    def _no_secret_engine_args(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for args in value.values():
+            _no_secret_flags(args)
         return value
+
+    def args_for(self, engine: EngineName) -> list[str]:
+        """What the engine gets after dflashops' own flags: extra_args, then its engine_args."""
+        return [*self.extra_args, *self.engine_args.get(engine, [])]
+
+
+def _no_secret_flags(args: list[str]) -> list[str]:
+    for arg in args:
+        flag = arg.partition("=")[0]
+        if flag.startswith("-") and _names_secret(flag.lstrip("-").upper().split("-")):
+            raise ValueError(f"{flag}: {SERVER_SECRET_REFUSED}")
+    return args
 
 
 def _names_secret(words: list[str]) -> bool:

@@ -162,7 +162,7 @@ def served_playbook(book: Playbook, served: Served) -> Playbook:
 
 def max_num_seqs(book: Playbook) -> int:
     """The server's ``--max-num-seqs`` (its extra_args), else vLLM's default."""
-    args = book.server.extra_args
+    args = book.server.args_for(book.engine.name)
     for i, arg in enumerate(args):
         if arg.startswith("--max-num-seqs="):
             return int(arg.partition("=")[2])

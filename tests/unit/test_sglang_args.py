@@ -137,3 +137,47 @@ def test_cpu_engine_variable_in_the_server_spec() -> None:
         }
     )
     assert build_spec(own, inputs).env["SGLANG_USE_CPU_ENGINE"] == "0"  # the playbook's wins
+
+
+def test_the_cpu_kv_cache_is_sized_by_the_memory_share_as_on_a_gpu() -> None:
+    # SGLang's CPU engine sized its KV cache from mem_fraction_static 0.843 of the host: 18 GB
+    # for the tiny model on a 24 GiB machine, and the server died; the share is always rendered
+    for device in ("cpu", "cuda"):
+        at = book("0.5.16", "none", device=device)
+        at = at.model_copy(
+            update={"server": at.server.model_copy(update={"gpu_memory_utilization": 0.05})}
+        )
+        argv = engine_argv(at, "python")
+        assert argv[argv.index("--mem-fraction-static") + 1] == "0.05"
+
+
+def test_each_engine_gets_its_own_engine_args_after_the_shared_ones() -> None:
+    data = {
+        "name": "t",
+        "model": {"path": "/models/tiny-qwen3", "served_name": "tiny"},
+        "engine": {"name": "sglang", "version": "0.5.16"},
+        "server": {
+            "device": "cpu",
+            "extra_args": ["--max-running-requests", "8"],
+            "engine_args": {"vllm": ["--dtype", "float32"], "sglang": ["--dtype", "bfloat16"]},
+        },
+    }
+    sglang = engine_argv(Playbook.model_validate(data), "python")
+    data["engine"] = {"name": "vllm", "version": "0.32.0"}
+    vllm = engine_argv(Playbook.model_validate(data), "python")
+
+    assert sglang[-4:] == ["--max-running-requests", "8", "--dtype", "bfloat16"]
+    assert vllm[-4:] == ["--max-running-requests", "8", "--dtype", "float32"]
+    assert "float32" not in sglang and "bfloat16" not in vllm
+
+
+def test_a_secret_in_engine_args_is_refused_as_in_extra_args() -> None:
+    with pytest.raises(ValueError, match="--api-key"):
+        Playbook.model_validate(
+            {
+                "name": "t",
+                "model": {"path": "/m"},
+                "engine": {"version": "0.32.0"},
+                "server": {"engine_args": {"vllm": ["--api-key", "hunter2"]}},
+            }
+        )
