@@ -217,7 +217,7 @@ class LevelRun:
             self.reset_unsupported = True
             self.note(
                 "prefix cache not reset between levels: the server has no /reset_prefix_cache "
-                "(vLLM serves it with VLLM_SERVER_DEV_MODE=1)"
+                "(vLLM serves it with VLLM_SERVER_DEV_MODE=1) and no /flush_cache (SGLang)"
             )
         elif not done:
             self.note("prefix cache reset failed on the server; levels may reuse cached prefixes")

@@ -95,19 +95,27 @@ async def scrape_metrics(client: httpx.AsyncClient, endpoint: Endpoint) -> str |
     return response.text if response.status_code == 200 else None
 
 
-async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: Endpoint) -> bool | None:
-    """POST ``/reset_prefix_cache``: True when done, None when the server does not offer it.
+# where each engine empties its prefix cache: vLLM's (only with VLLM_SERVER_DEV_MODE=1), then
+# SGLang's radix cache flush (``/flush_cache``, http_server.py), which refuses (400) while a
+# request is still finishing unless told to wait for idle (``timeout``, 0.5.16; older releases
+# ignore the parameter)
+RESET_PATHS = ("/reset_prefix_cache", "/flush_cache?timeout=30")
 
-    vLLM serves it only with ``VLLM_SERVER_DEV_MODE=1`` (404 otherwise, and 405 on servers that
-    know the path for GET only); an error reply is False, a lost connection ``ServerStopped``.
+
+async def reset_prefix_cache(client: httpx.AsyncClient, endpoint: Endpoint) -> bool | None:
+    """POST the engine's prefix-cache reset: True when done, None when the server offers none.
+
+    A path the server does not serve answers 404 (or 405 where it knows it for GET only); an
+    error reply is False, a lost connection ``ServerStopped``.
     """
-    try:
-        response = await _side_call(client, endpoint, "POST", "/reset_prefix_cache")
-    except httpx.HTTPError:
-        return False
-    if response.status_code in (404, 405):
-        return None
-    return response.status_code == 200
+    for path in RESET_PATHS:
+        try:
+            response = await _side_call(client, endpoint, "POST", path)
+        except httpx.HTTPError:
+            return False
+        if response.status_code not in (404, 405):
+            return response.status_code == 200
+    return None
 
 
 async def unanswered(endpoint: Endpoint, path: str = "/v1/models") -> str | None:

@@ -108,7 +108,7 @@ def engine_findings(
         found, env = _dspark(engine, shape)
         return found, env
     if engine.name == "sglang":
-        return _sglang(engine), {}
+        return _sglang(engine, shape), {}
     return _vllm(engine, shape)
 
 
@@ -236,9 +236,9 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
     return out, env
 
 
-def _sglang(engine: EngineSpec) -> list[Finding]:
+def _sglang(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
     if engine.version >= SGLANG_FIRST_DFLASH:
-        return []
+        return [] if shape.model_type else [_sglang_needs_model_type(engine)]
     return [
         _finding(
             "error",
@@ -248,6 +248,20 @@ def _sglang(engine: EngineSpec) -> list[Finding]:
             "SGLang before 0.5.11 has no DFLASH speculative algorithm: nothing is drafted.",
         )
     ]
+
+
+def _sglang_needs_model_type(engine: EngineSpec) -> Finding:
+    return _finding(
+        "error",
+        "model_type",
+        "a top-level model_type (z-lab's layout: qwen3)",
+        "none (the speculators layout: speculators_model_type, transformer_layer_config)",
+        f"{engine} loads the drafter's config.json with transformers' AutoConfig, which needs a "
+        "top-level model_type; seen on a real SGLang 0.5.16: 'ValueError: Unrecognized model in "
+        "<drafter>. Should have a `model_type` key in its config.json' and the server exits. "
+        "vLLM reads this layout as it is: serve it with vLLM, or give SGLang the z-lab layout "
+        "of the same weights.",
+    )
 
 
 def _dspark(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[str, str]]:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport, LevelResult
 from dflashops.bench.settings import BenchSettings
-from dflashops.errors import PlaybookError, TuneInputError
+from dflashops.errors import DflashopsError, PlaybookError, TuneInputError
 from dflashops.inventory.load import Inventory
 from dflashops.launch.core import launch
 from dflashops.playbook.load import load_playbook
@@ -249,7 +249,14 @@ def run_compare(
             outcome.skipped.append(at.model_copy(update={"engine": engine}))
             continue
         tell(f"{method}: launching on {engine}")
-        launch(at)
+        try:
+            launch(at)
+        except DflashopsError as exc:
+            # launch rolled back (the previous server serves): the other cells still run
+            tell(f"{method}: skipped (launch failed on {engine})")
+            reason = f"launch failed: {exc.one_line()}"
+            outcome.skipped.append(Skipped(method=method, engine=engine, reason=reason))
+            continue
         tell(f"{method}: benchmarking")
         report = bench(at, method)
         outcome.reports.append(report)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dflashops.drafter import read_drafter
@@ -60,7 +62,9 @@ def test_parse_engine_rejects(text: str) -> None:
         ("vllm==0.32.0", ALL_FULL, set(), {}),
         ("vllm==0.34.0", MIXED, set(), {}),
         ("sglang==0.5.10", MIXED, {("engine", "error")}, {}),
-        ("sglang==0.5.11", MIXED, set(), {}),
+        ("sglang==0.5.11", replace(MIXED, model_type="qwen3"), set(), {}),
+        # the speculators layout (no top-level model_type): SGLang's AutoConfig refuses it
+        ("sglang==0.5.16", MIXED, {("model_type", "error")}, {}),
     ],
 )
 def test_engine_rules(

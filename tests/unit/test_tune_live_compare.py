@@ -192,3 +192,25 @@ def test_compare_options_are_checked_before_anything_runs() -> None:
     assert result.exit_code == 2 and "unknown engine 'tgi'" in result.output
     result = CliRunner().invoke(cli, ["compare", "lab-ct1", "--k", "sglang"])
     assert result.exit_code == 2 and "not ENGINE=K" in result.output
+
+
+def test_a_cell_whose_launch_fails_is_skipped_with_the_reason_and_the_rest_still_run() -> None:
+    from dflashops.errors import ServerError
+
+    book = load_playbook(DFLASH_BOOK)
+    books = [playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.16")), book]
+
+    def launch(at: Playbook) -> None:
+        if (at.engine.name, at.drafter.method) == ("sglang", "dflash"):
+            raise ServerError("the engine failed: ValueError: Unrecognized model")
+
+    outcome = run_engines(books, parse_methods("none,dflash"), launch, fake_report)
+
+    assert [(row.engine, row.method) for row in outcome.rows] == [
+        ("sglang 0.5.16", "none"),
+        ("vllm 0.32.0", "none"),
+        ("vllm 0.32.0", "dflash"),
+    ]
+    (failed,) = outcome.skipped
+    assert failed.engine == "sglang 0.5.16" and failed.method == "dflash"
+    assert failed.reason.startswith("launch failed: the engine failed: ValueError")
