@@ -136,6 +136,11 @@ RULES = (
 )
 
 
+# SGLang answers a failed child by killing its own process tree with SIGKILL (exit 137): the
+# error before it is the cause, not the kernel (seen on SGLang 0.5.16's CPU engine)
+_SELF_KILL = re.compile(r"kill_process_tree called|Received sigquit from a child process", _I)
+
+
 def diagnose(log_text: str, exit_code: int | None = None) -> Cause | None:
     """The cause of a failed start, or None when nothing in the log or exit code says."""
     lines = [line.rstrip() for line in log_text.splitlines() if line.strip()]
@@ -149,7 +154,7 @@ def diagnose(log_text: str, exit_code: int | None = None) -> Cause | None:
             if rule.root_only and _after(root, rule, log_text, match.start()):
                 continue  # printed after another failure: a consequence, not the cause
             return Cause(rule.code, rule.summary, rule.hint, _line_of(log_text, match.start()))
-    if exit_code in (137, -9):
+    if exit_code in (137, -9) and not (root is not None and _SELF_KILL.search(log_text)):
         return Cause(
             "killed",
             "the server was killed (SIGKILL), most likely by the kernel's OOM killer",

@@ -122,8 +122,8 @@ def _compare_plot(items: Sequence[LabelledReport], path: Path) -> Path:
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(names, fontsize=9)
     ax.set_ylabel("output tokens/s")
-    what = "engine and speculative method" if engines else "speculative method"
-    ax.set_title(f"Same workload per {what} (AL = mean tokens per verify step)")
+    what = "engine and method" if engines else "speculative method"
+    ax.set_title(f"Same workload per {what} (AL = tokens per verify step)")
     ax.set_ylim(0, max(row["output_tok_s"] for _, row in rows) * 1.25)
     ax.grid(axis="y", alpha=0.3)
     return save_figure(fig, path)

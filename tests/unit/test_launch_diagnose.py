@@ -124,3 +124,23 @@ def test_exit_code_alone() -> None:
     killed = diagnose("loading\n", 137)
     assert killed is not None and killed.code == "killed"
     assert diagnose("all fine\n", 0) is None
+
+
+def test_sglang_killing_its_own_tree_after_a_child_failed_names_the_childs_error() -> None:
+    # the tail of a real SGLang 0.5.16 CPU start in a lab container (KV share too small)
+    log = (
+        '  File "/opt/lab/venv-sglang-cpu-0.5.16/lib/python3.11/site-packages/sglang/srt/'
+        'mem_cache/kv_cache_configurator.py", line 1560, in _profile_available_bytes\n'
+        "    raise ValueError(\n"
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.05. Raise --mem-fraction-static above 0.085\n"
+        "[2026-12-05 02:31:09] Received sigquit from a child process. It usually means the "
+        "child failed.\n"
+        "[2026-12-05 02:31:09] kill_process_tree called: parent_pid=7424, include_parent=True\n"
+    )
+
+    cause = diagnose(log, 137)
+
+    assert cause is not None and cause.code == "engine-error"
+    assert "Raise --mem-fraction-static above 0.085" in cause.summary
+    assert diagnose("loading\n", 137).code == "killed"  # type: ignore[union-attr]
