@@ -293,3 +293,40 @@ def check_fc(
             "loading fails on shapes.",
             check="weights",
         )
+
+
+def check_sglang_layers(ctx: CheckContext, cfg: EagleFile, target: EagleTarget) -> None:
+    """SGLang reads the capture layers from ``eagle_config`` only: without ids there it captures
+    its default (2, N // 2, N - 3) whatever the top level says (qwen3.py's
+    set_eagle3_layers_to_capture, 0.5.16; a real 0.5.16 server fed a 3-layer lab drafter two
+    states of a 4-layer target and died on the first request: mat1 14x256, mat2 384x128)."""
+    n = target.layers
+    if n is None or _ids(ctx, NESTED_IDS, cfg.nested.get(AUX_IDS, MISSING)) is not None:
+        return
+    fed = sorted(set(default_aux_layers(n)))
+    top = _ids(ctx, AUX_IDS, cfg.top(AUX_IDS))
+    fix = (
+        f"write them as SGLang reads them: {NESTED_IDS} = {show([i - 1 for i in top])} "
+        "(SGLang captures id + 1)"
+        if top
+        else f"name the layers the drafter was trained on in {NESTED_IDS}"
+    )
+    if len(fed) < 3:
+        ctx.add(
+            "error",
+            NESTED_IDS,
+            "the layers the drafter was trained on, for SGLang",
+            f"none: SGLang captures its default {show(default_aux_layers(n))} of {n} layers",
+            f"{len(fed)} distinct states reach an fc built for 3, and the first request fails on "
+            f"shapes; {fix}.",
+            check="layers",
+        )
+    elif top is not None and sorted(set(top)) != fed:
+        ctx.add(
+            "error",
+            NESTED_IDS,
+            f"{show(top)} (the top-level ids the drafter names)",
+            f"none: SGLang ignores the top level and captures {show(fed)}",
+            f"{_COLLAPSE}; {fix}.",
+            check="layers",
+        )

@@ -22,6 +22,7 @@ from dflashops.drafter.checks_eagle_class import check_drafter_class, check_vllm
 from dflashops.drafter.checks_eagle_layers import (
     check_aux_layers,
     check_fc,
+    check_sglang_layers,
     plan_aux_layers,
 )
 from dflashops.drafter.checks_eagle_layout import EagleFile, eagle_target, vllm_version
@@ -62,6 +63,8 @@ def validate_eagle3(inputs: CheckInputs) -> CheckResult:
     plan = plan_aux_layers(ctx, cfg, target, version, drafter_class)
     if uses_aux and version is not None:
         check_aux_layers(ctx, cfg, target, plan)
+    elif uses_aux and engine is not None and engine.name == "sglang":
+        check_sglang_layers(ctx, cfg, target)
     check_tokenizer(ctx, cfg)
     check_tied_head(ctx, cfg, sizes, engine)
     if tensors is None:

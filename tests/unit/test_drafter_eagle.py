@@ -556,3 +556,26 @@ def test_a_target_shared_by_two_families_matches_the_drafter_s_own(tmp_path: Pat
     assert run.match is not None and run.match.by == "target"
     assert run.match.entry.name == "local/qwen3-4b-eagle3"
     assert run.result.exit_code == 0, problems(run.result)
+
+
+def test_sglang_ignores_top_level_ids_and_captures_its_default(tmp_path: Path) -> None:
+    """A real SGLang 0.5.16 read no top-level ids: a lab drafter naming [1, 2, 3] got its default
+    layers, two distinct states of a 4-layer target, and the server died on the first request;
+    the same drafter with eagle_config ids [0, 1, 2] served."""
+    drafter = tmp_path / "drafter"
+    shutil.copytree(Q4.path, drafter)
+    config = json.loads((drafter / "config.json").read_text())
+    sglang = parse_engine("sglang==0.5.16")
+
+    config[IDS] = [1, 17, 32]  # the drafter says so at the top level only (vLLM's place)
+    (drafter / "config.json").write_text(json.dumps(config))
+    refused = [f for f in check(Q4, drafter, engine=sglang).findings if f.severity == "error"]
+    assert [(f.key, f.found) for f in refused] == [
+        (f"eagle_config.{IDS}", "none: SGLang ignores the top level and captures [2, 18, 33]")
+    ]
+    assert f"eagle_config.{IDS} = [0, 16, 31]" in refused[0].why
+
+    config["eagle_config"] = {IDS: [0, 16, 31]}  # as SGLang reads them
+    (drafter / "config.json").write_text(json.dumps(config))
+    served = check(Q4, drafter, engine=sglang)
+    assert not [f for f in served.findings if f.key == f"eagle_config.{IDS}"]
