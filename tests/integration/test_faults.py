@@ -116,6 +116,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 GATE = "/srv/probe-gate"  # the fake engine answers completions only while this file exists
+# `python -m dflashops.cli` with Ctrl-C raising KeyboardInterrupt whatever was inherited: a suite
+# started in the background (`nohup … &` from a script) hands its children SIGINT ignored, and
+# then launch never sees the test's Ctrl-C (it failed so in 3 background runs, never otherwise)
+INTERRUPTIBLE_CLI = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('dflashops.cli', run_name='__main__', alter_sys=True)"
+)
 
 
 def cli(lab: Lab, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -210,25 +217,18 @@ def test_ctrl_c_during_launch_rolls_back_and_the_rerun_converges(lab: Lab) -> No
         lab, "after", FAKE_HEALTH_AFTER="2", FAKE_PROBE_AFTER="0", FAKE_PROBE_GATE=GATE
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "dflashops.cli", "launch", CT, "-p", after_path],
+        [sys.executable, "-c", INTERRUPTIBLE_CLI, "launch", CT, "-p", after_path],
         env=lab.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 120
-    started = False
-    while time.monotonic() < deadline and not started:  # until the new server runs
-        time.sleep(1)
-        with lab.conn(CT) as conn:
-            now = server_status(conn)
-        spec = remote(lab, f"cat {DEFAULT_LAYOUT.spec}")
-        started = now.running and now.pid != before["pid"] and GATE in spec
-    assert started, "the new server never started"
-    time.sleep(2)
-    assert process.poll() is None, "launch ended before Ctrl-C: " + process.communicate()[1]
-    process.send_signal(signal.SIGINT)
-    _out, err = process.communicate(timeout=180)
+    try:
+        err = interrupt_when_started(lab, process, before["pid"])
+    finally:
+        if process.poll() is None:  # a failed check must not leave launch holding the lock
+            process.kill()
+            process.communicate()
     assert process.returncode == 1, err
     assert "interrupted (Ctrl-C)" in err
     assert "rolled back; the previous server serves again" in err
@@ -241,6 +241,23 @@ def test_ctrl_c_during_launch_rolls_back_and_the_rerun_converges(lab: Lab) -> No
     serving_matches_manifest(lab)
     same = json.loads(cli(lab, "launch", CT, "-p", after_path, "--json").stdout)
     assert same["action"] == "unchanged"
+
+
+def interrupt_when_started(lab: Lab, process: subprocess.Popen[str], before_pid: object) -> str:
+    """Ctrl-C to ``process`` once the new server runs (its spec names the gate); its stderr."""
+    deadline = time.monotonic() + 120
+    started = False
+    while time.monotonic() < deadline and not started:  # until the new server runs
+        time.sleep(1)
+        with lab.conn(CT) as conn:
+            now = server_status(conn)
+        spec = remote(lab, f"cat {DEFAULT_LAYOUT.spec}")
+        started = now.running and now.pid != before_pid and GATE in spec
+    assert started, "the new server never started"
+    time.sleep(2)
+    assert process.poll() is None, "launch ended before Ctrl-C: " + process.communicate()[1]
+    process.send_signal(signal.SIGINT)
+    return process.communicate(timeout=180)[1]
 
 
 def test_a_truncated_manifest_is_rebuilt_by_launch_force_and_stop_works_without_it(
