@@ -28,13 +28,10 @@ def lab_mounts() -> dict[str, Path]:
     default = find_runtime()
     if default is not None:
         found[CT_VENV_DIR] = default.venv
-    for runtime in cached_runtimes():
-        found[runtime_mount(runtime.release)] = runtime.venv
-        base = venv_base_prefix(runtime.venv)
-        if base is not None:
-            found[str(base)] = base
-    for venv in sglang_venvs():
-        found[f"{LAB_MOUNT_ROOT}/{venv.name}"] = venv
+    engines = {runtime_mount(r.release): r.venv for r in cached_runtimes()}
+    engines.update({f"{LAB_MOUNT_ROOT}/{venv.name}": venv for venv in sglang_venvs()})
+    for mount, venv in engines.items():
+        found[mount] = venv
         base = venv_base_prefix(venv)
         if base is not None:
             found[str(base)] = base
