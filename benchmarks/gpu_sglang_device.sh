@@ -27,7 +27,14 @@ unpack)
   mkdir -p "$R/site"
   t=$(date +%s.%N)
   xz -dc -T0 "$R/$2.blob" | tar -C "$R/site" -xf -
-  echo "$2 unpacked in $(python3 -c "print(round($(date +%s.%N) - $t, 1))") s: $(du -sh "$R/site" | cut -f1)" ;;
+  echo "$2 unpacked in $(python3 -c "print(round($(date +%s.%N) - $t, 1))") s: $(du -sh "$R/site" | cut -f1)"
+  if [[ $2 == core ]]; then
+    # sgl_kernel 0.4.4 hands bf16 RMSNorm to flashinfer.norm, whose JIT sources (flashinfer/data)
+    # stay home: the first H200 server died building norm.cu. sgl_kernel's own compiled
+    # rmsnorm/fused_add_rmsnorm (sm90/common_ops) is its fallback when flashinfer is absent.
+    sed -i 's/^    _has_flashinfer = True$/    _has_flashinfer = False/' "$R/site/sgl_kernel/elementwise.py"
+    grep -n '_has_flashinfer = ' "$R/site/sgl_kernel/elementwise.py"
+  fi ;;
 models)
   tar -C "$R" -xJf "$2"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
