@@ -168,6 +168,16 @@ class Scrape:
         found = self.samples(name, **labels)
         return math.fsum(s.value for s in found) if found else None
 
+    def count(self, name: str, **labels: str) -> int | None:
+        """:meth:`total` of a counter as a whole number; a NaN or infinite one is a
+        ``ParseError`` (a count that is not one must never become a rate)."""
+        total = self.total(name, **labels)
+        if total is None:
+            return None
+        if not math.isfinite(total):
+            raise ParseError(f"counter {name} reads {total}, not a count")
+        return round(total)
+
     def value(self, name: str, **labels: str) -> float | None:
         """The one matching sample's value; None if absent; ParseError if ambiguous."""
         found = self.samples(name, **labels)

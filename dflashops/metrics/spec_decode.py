@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from dflashops.errors import BenchmarkError
+from dflashops.errors import BenchmarkError, ParseError
 from dflashops.metrics.prometheus import Sample, Scrape
 from dflashops.metrics.spec_sglang import is_sglang, sglang_counts
 
@@ -194,13 +194,12 @@ def _counter_samples(scrape: Scrape, base: str, labels: dict[str, str]) -> list[
 
 
 def _counter(scrape: Scrape, base: str, labels: dict[str, str]) -> int | None:
-    samples = _counter_samples(scrape, base, labels)
-    if not samples:
-        return None
-    return _count(math.fsum(s.value for s in samples))
+    # prometheus_client exposes counters with "_total"; accept a bare name from other exporters.
+    total = scrape.count(f"{base}_total", **labels)
+    return total if total is not None else scrape.count(base, **labels)
 
 
 def _count(value: float) -> int:
-    if math.isnan(value) or math.isinf(value):
-        raise BenchmarkError(f"a spec-decode counter is {value}, not a count")
+    if not math.isfinite(value):
+        raise ParseError(f"a spec-decode counter reads {value}, not a count")
     return round(value)

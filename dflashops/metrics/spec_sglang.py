@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dflashops.errors import BenchmarkError
 from dflashops.metrics.prometheus import Scrape
 
 PREFIX = "sglang:"
@@ -62,9 +61,9 @@ class SglangCounts:
 def sglang_counts(scrape: Scrape, *, model_name: str | None = None) -> SglangCounts:
     """Read one scrape; ``model_name`` keeps only that served model's series."""
     labels = {MODEL_LABEL: model_name} if model_name else {}
-    generated = _counter(scrape, GENERATION_TOKENS, labels)
-    verify = _counter(scrape, VERIFY_CALLS, labels)
-    requests = _counter(scrape, REQUESTS, labels) or 0
+    generated = scrape.count(GENERATION_TOKENS, **labels)
+    verify = scrape.count(VERIFY_CALLS, **labels)
+    requests = scrape.count(REQUESTS, **labels) or 0
     window = _gauge(scrape, NUM_DRAFT_TOKENS, labels)
     if not window:
         steps = _gauge(scrape, NUM_STEPS, labels)
@@ -82,16 +81,6 @@ def sglang_counts(scrape: Scrape, *, model_name: str | None = None) -> SglangCou
 
 def _values(scrape: Scrape, name: str, labels: dict[str, str]) -> list[float]:
     return [s.value for s in scrape.samples(name, **labels)]
-
-
-def _counter(scrape: Scrape, name: str, labels: dict[str, str]) -> int | None:
-    values = _values(scrape, name, labels)
-    if not values:
-        return None
-    total = math.fsum(values)
-    if math.isnan(total) or math.isinf(total):
-        raise BenchmarkError(f"SGLang counter {name} is {total}, not a count")
-    return round(total)
 
 
 def _gauge(scrape: Scrape, name: str, labels: dict[str, str]) -> float | None:

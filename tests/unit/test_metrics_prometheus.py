@@ -255,3 +255,16 @@ def test_what_prometheus_client_writes_reads_back(labels: dict[str, str], value:
     (sample,) = scrape.samples("metric")
     assert dict(sample.labels) == labels
     assert sample.value == value
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf"])
+def test_count_is_a_whole_number_and_refuses_what_is_not_a_count(real: Scrape, bad: str) -> None:
+    assert real.count("vllm:spec_decode_num_accepted_tokens_per_pos_total") == 592
+    assert real.count("vllm:spec_decode_num_drafts_total", model_name="tiny") == 164
+    assert real.count("vllm:not_there") is None
+    broken = parse_exposition(
+        f'# TYPE x_total counter\nx_total{{a="1"}} 3\nx_total{{a="2"}} {bad}\n'
+    )
+    with pytest.raises(ParseError, match="counter x_total reads .*not a count"):
+        broken.count("x_total")
+    assert broken.count("x_total", a="1") == 3
