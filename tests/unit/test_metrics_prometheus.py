@@ -265,6 +265,6 @@ def test_count_is_a_whole_number_and_refuses_what_is_not_a_count(real: Scrape, b
     broken = parse_exposition(
         f'# TYPE x_total counter\nx_total{{a="1"}} 3\nx_total{{a="2"}} {bad}\n'
     )
-    with pytest.raises(ParseError, match="counter x_total reads .*not a count"):
+    with pytest.raises(ParseError, match=r"counter x_total reads .*not a count"):
         broken.count("x_total")
     assert broken.count("x_total", a="1") == 3
