@@ -19,8 +19,13 @@ vLLM sorts and de-duplicates the ids (``tuple(sorted(set(layers)))``) and concat
 captured states into ``fc``, which the drafter class sized from ``num_aux_hidden_states``, else
 the length of ``eagle_config``'s ids (the Qwen3 class also the top-level ids), else 3
 (llama_eagle3.py, qwen3_eagle3.py). SpecForge and SGLang write ``eagle_config``'s ids as layer
-*outputs* (SGLang captures id + 1; since sgl-project/sglang#25454 only when the first id is 1);
-speculators writes vLLM's capture indices at the top level.
+*outputs*, and SGLang captures id + 1 for every id (``set_eagle3_layers_to_capture`` in
+srt/models/qwen3.py and llama.py of the 0.5.15 wheel and 0.5.16's sources: a real 0.5.16 server
+fed ``eagle_config`` ids [0, 1, 2] the states entering layers 1, 2, 3); speculators writes
+vLLM's capture indices at the top level. sgl-project/sglang#25454 (merged 2026-05-16) adds 1
+only when the first id is 1, for drafters written "capture before layer X" (first id 2, as
+SGLang's own default); neither release has it in those classes, so such a drafter is fed one
+layer late there, which :func:`check_sglang_layers` warns of.
 """
 
 from __future__ import annotations
@@ -62,7 +67,16 @@ def default_aux_layers(num_layers: int) -> list[int]:
 
 
 def sglang_capture(ids: list[int]) -> list[int]:
-    """What SGLang captures for ``eagle_config``'s ids (the convention SpecForge trains with)."""
+    """What SGLang 0.5.15-0.5.16 captures for ``eagle_config``'s ids: the state entering
+    layer id + 1, i.e. layer id's output (the convention SpecForge trains with)."""
+    return [i + 1 for i in ids]
+
+
+def trained_capture(ids: list[int]) -> list[int]:
+    """The states a drafter naming only ``eagle_config`` ids was trained on, in vLLM's capture
+    indices: layer outputs when the first id is 1 (SpecForge), the ids themselves when it is
+    written capture-before (first id 2): the two conventions sgl-project/sglang#25454 tells
+    apart by the first id."""
     return [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
 
 
@@ -109,7 +123,7 @@ def plan_aux_layers(
     if top is not None:
         trained, trained_from = top, AUX_IDS
     elif nested is not None:
-        trained, trained_from = sglang_capture(nested), f"{NESTED_IDS} {nested}, read as SGLang"
+        trained, trained_from = trained_capture(nested), f"{NESTED_IDS} {nested}, read as trained"
     else:
         trained, trained_from = default, "no ids: the trainers' default"
     if version is not None and version < VLLM_READS_AUX_IDS:
@@ -301,7 +315,10 @@ def check_sglang_layers(ctx: CheckContext, cfg: EagleFile, target: EagleTarget) 
     set_eagle3_layers_to_capture, 0.5.16; a real 0.5.16 server fed a 3-layer lab drafter two
     states of a 4-layer target and died on the first request: mat1 14x256, mat2 384x128)."""
     n = target.layers
-    if n is None or _ids(ctx, NESTED_IDS, cfg.nested.get(AUX_IDS, MISSING)) is not None:
+    nested = _ids(ctx, NESTED_IDS, cfg.nested.get(AUX_IDS, MISSING))
+    if nested is not None:
+        _warn_capture_before(ctx, nested)
+    if n is None or nested is not None:
         return
     fed = sorted(set(default_aux_layers(n)))
     top = _ids(ctx, AUX_IDS, cfg.top(AUX_IDS))
@@ -330,3 +347,22 @@ def check_sglang_layers(ctx: CheckContext, cfg: EagleFile, target: EagleTarget) 
             f"{_COLLAPSE}; {fix}.",
             check="layers",
         )
+
+
+def _warn_capture_before(ctx: CheckContext, nested: list[int]) -> None:
+    """ids written "capture before layer X" (first id 2) are fed one layer late by SGLang
+    0.5.15-0.5.16, which adds 1 to every id (sgl-project/sglang#25454 reports ~0.10 accept
+    length lost on such a drafter before its fix)."""
+    if nested[0] != 2:
+        return
+    ctx.add(
+        "warning",
+        NESTED_IDS,
+        f"{show(nested)} as this SGLang reads them: each id's output (it captures id + 1)",
+        f"{show(nested)}: the first id 2 is the capture-before-layer convention (SGLang's own "
+        f"default, 2, N // 2, N - 3), so SGLang feeds {show(sglang_capture(nested))}",
+        "a drafter trained on the states entering those layers gets each one a layer late here "
+        "(sgl-project/sglang#25454 reports ~0.10 accept length lost); if it was, write "
+        f"{NESTED_IDS} = {show([i - 1 for i in nested])}.",
+        check="layers",
+    )

@@ -15,7 +15,11 @@ from typing import Any
 import pytest
 
 from dflashops.drafter import check_paths
-from dflashops.drafter.checks_eagle_layers import default_aux_layers, sglang_capture
+from dflashops.drafter.checks_eagle_layers import (
+    default_aux_layers,
+    sglang_capture,
+    trained_capture,
+)
 from dflashops.drafter.engine import parse_engine
 from dflashops.drafter.families import detect_family
 from dflashops.drafter.keys import set_path
@@ -147,10 +151,39 @@ def test_a_reference_of_another_family_is_not_compared() -> None:
     assert result.keys("error") == set()
 
 
-def test_sglang_reads_the_layers_one_later_when_the_first_is_one() -> None:
+def test_sglang_reads_every_layer_id_one_later() -> None:
+    """SGLang 0.5.15's and 0.5.16's qwen3.py/llama.py capture id + 1 for every id (a real 0.5.16
+    server fed eagle_config [0, 1, 2] the states entering layers 1, 2, 3)."""
     assert default_aux_layers(36) == [2, 18, 33]
     assert sglang_capture([1, 17, 32]) == default_aux_layers(36)
-    assert sglang_capture([2, 18, 33]) == [2, 18, 33]  # sgl-project/sglang#25454
+    assert sglang_capture([0, 1, 2]) == [1, 2, 3]
+    assert sglang_capture([2, 18, 33]) == [3, 19, 34]  # sglang#25454's fix is not in them
+    # what such a drafter was trained on: sglang#25454's two conventions, by the first id
+    assert trained_capture([1, 17, 32]) == [2, 18, 33]
+    assert trained_capture([2, 18, 33]) == [2, 18, 33]
+
+
+def test_sglang_warns_of_ids_written_capture_before(tmp_path: Path) -> None:
+    """ids whose first is 2 (SGLang's own default written as is, sgl-project/sglang#25454's
+    second convention) are fed one layer late by SGLang 0.5.16: a warning with the ids to write;
+    the SpecForge convention (first id 1) is quiet."""
+    drafter = tmp_path / "drafter"
+    shutil.copytree(Q4.path, drafter)
+    config = json.loads((drafter / "config.json").read_text())
+    config.pop(IDS, None)
+    sglang = parse_engine("sglang==0.5.16")
+
+    config["eagle_config"] = {IDS: [2, 18, 33]}
+    (drafter / "config.json").write_text(json.dumps(config))
+    late = [f for f in check(Q4, drafter, engine=sglang).findings if f.key == f"eagle_config.{IDS}"]
+    assert [(f.severity, f.check) for f in late] == [("warning", "layers")]
+    assert "feeds [3, 19, 34]" in late[0].found
+    assert f"eagle_config.{IDS} = [1, 17, 32]" in late[0].why
+
+    config["eagle_config"] = {IDS: [1, 17, 32]}
+    (drafter / "config.json").write_text(json.dumps(config))
+    quiet = check(Q4, drafter, engine=sglang)
+    assert not [f for f in quiet.findings if f.key == f"eagle_config.{IDS}"]
 
 
 # -- each seeded mistake is caught ---------------------------------------------------------------
