@@ -103,11 +103,21 @@ def rate_formula(
         if len(agreed) == 1:
             return "sglang-either", agreed.pop()
         return "unknown", None  # the numbers fit both: only the printed rate is certain
+    given = args[0] if args is not None else None
     if with_bonus:
-        return "sglang-with-bonus", with_bonus[0] if len(with_bonus) == 1 else None
+        return "sglang-with-bonus", _one(with_bonus, given)
     if drafts_only:
-        return "sglang-drafts-only", drafts_only[0] if len(drafts_only) == 1 else None
+        return "sglang-drafts-only", _one(drafts_only, given)
     return "unknown", None
+
+
+def _one(fitting: list[int], given: int | None) -> int | None:
+    """The n the windows fit; where several do (nothing accepted fits every n), the verify
+    window the server was given (``speculative_num_draft_tokens``: DFLASH logs
+    ``speculative_num_steps=1`` beside it)."""
+    if len(fitting) == 1:
+        return fitting[0]
+    return given if given in fitting else None
 
 
 def _fits(pairs: list[tuple[float, float]], n: int, *, bonus: bool) -> bool:

@@ -308,3 +308,22 @@ def test_the_server_ran_what_dflashops_rendered(method: str) -> None:
         r["path"]: r["status"] for r in kept["requests"] if r["path"].startswith(("/h", "/v1/m"))
     }
     assert answered == {"/health": 200, "/health_generate": 200, "/v1/models": 200}
+
+
+def test_the_h200_dflash_log_knows_its_window_from_server_args() -> None:
+    """SGLang 0.5.15's own log on the H200 (DFLASH k=4, dummy weights, so nothing accepted:
+    every window fits every window size n). Its server_args say speculative_num_draft_tokens=5
+    beside speculative_num_steps=1 (DFLASH's); the window is the first."""
+    summary = parse_log_file(FIXTURES / "logs" / "real-sglang-0.5.15-h200-dflash.log")
+    spec = summary.spec_decode_windows
+    assert summary.engine == "sglang" and len(spec) == len(summary.throughput_windows) == 80
+    assert {w.mean_acceptance_length for w in spec} == {1.0}
+    assert {w.acceptance_rate_formula for w in spec} == {"sglang-drafts-only"}
+    assert {w.num_spec_tokens for w in spec} == {4}
+    assert any("5 draft tokens per step" in note for note in summary.notes)
+    gen = [w.generation_throughput for w in summary.throughput_windows]
+    assert gen[:3] == [
+        7.61,
+        144.59,
+        155.44,
+    ]  # the log's first decode lines, c=1 warm-up then 6.4 ms
