@@ -41,22 +41,24 @@ LOG_TAIL_BYTES = 256 * 1024
 # Shell helpers every script below starts with.
 _HELPERS = (
     r"""
-ours_now() {
+ours_now() {  # 0: ours; 1: not ours; 2: its command line read empty (mid-exec, or a zombie)
     p=$1
     case "$p" in ''|*[!0-9]*) return 1 ;; esac
     [ "$p" -gt 1 ] && [ -d "/proc/$p" ] || return 1
     [ "$(readlink "/proc/$p/ns/mnt")" = "$(readlink /proc/self/ns/mnt)" ] || return 1
     st=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1)
     [ "$st" != Z ] || return 1
-    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qiE 'dflashops|vllm|sglang'
+    _ours_cmd=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)
+    [ -n "$_ours_cmd" ] || return 2
+    printf '%s' "$_ours_cmd" | grep -qiE 'dflashops|vllm|sglang'
 }
 ours() {
-    ours_now "$1" && return 0
     # a process in the middle of an exec (launch.sh -> dflashops.server -> the engine) shows an
     # empty command line for a moment: look again before calling a live server gone
-    [ -d "/proc/$1" ] || return 1
+    ours_now "$1"; _ours_rc=$?
+    [ "$_ours_rc" -eq 2 ] || return "$_ours_rc"
     sleep 0.2
-    ours_now "$1"
+    ours_now "$1" || return 1
 }
 pgid_of() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f3; }
 size_of() { if [ -f "$1" ]; then wc -c < "$1" | tr -d ' '; else echo 0; fi; }

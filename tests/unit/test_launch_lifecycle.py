@@ -188,24 +188,34 @@ def test_pids_of_other_processes_are_not_ours(box: Box) -> None:
 def test_a_process_caught_mid_exec_is_looked_at_twice(tmp_path: Path) -> None:
     """During an exec (launch.sh -> dflashops.server -> the engine) /proc/PID/cmdline reads
     empty for a moment: a watch poll that landed there called a live server dead (CI, twice in
-    one run). Measured here against a shell that execs itself in a loop: one look missed 23 of
-    400, two looks 2 of 400. The second look is what is tested, deterministically: a first
-    look that fails on a live process is followed by another; a gone pid stays gone."""
+    one run). Measured here against a shell that execs itself in a loop: one look missed 16 of
+    400, two looks 1 of 400. Tested deterministically with a scripted first look: an empty
+    command line is looked at again, a foreign one is not ours at once."""
 
-    def flaky_first_look(flag: Path) -> str:
-        return f"ours_now() {{ [ -f {flag} ] && return 0; : > {flag}; return 1; }}\n"
+    def first_look(code: int, flag: Path) -> str:
+        # the first look answers code, every later one "ours"; each look leaves a line in flag
+        return (
+            f"ours_now() {{ if [ -s {flag} ]; then echo again >> {flag}; return 0; fi; "
+            f"echo first > {flag}; return {code}; }}\n"
+        )
 
-    first_seen = tmp_path / "looked"
-    assert sh(lifecycle._HELPERS + flaky_first_look(first_seen) + "ours $$ && echo ours") == (
-        "ours\n"
-    )
-    assert first_seen.exists()
-    gone = sh(lifecycle._HELPERS + flaky_first_look(tmp_path / "b") + "ours 999999999 || echo gone")
-    assert gone == "gone\n"
-    # the real helper, on a real process whose command line names us in capitals (VLLM::…)
-    box_like = subprocess.Popen(["sh", "-c", "sleep 60", "VLLM::EngineCore"])
+    empty, foreign = tmp_path / "empty", tmp_path / "foreign"
+    assert sh(lifecycle._HELPERS + first_look(2, empty) + "ours 4242 && echo ours") == "ours\n"
+    assert empty.read_text() == "first\nagain\n"
+    assert sh(lifecycle._HELPERS + first_look(1, foreign) + "ours 4242 || echo not") == "not\n"
+    assert foreign.read_text() == "first\n"
+
+    # the real helper: a foreign process, a zombie (empty command line, but Z), a gone pid, and
+    # a process whose command line names us in capitals as vLLM's titles do
+    named = subprocess.Popen(["sleep", "60"])
+    zombie = subprocess.Popen(["true"])
+    titled = subprocess.Popen(["sh", "-c", "sleep 60", "VLLM::EngineCore"])
     try:
-        assert sh(lifecycle._HELPERS + f"ours {box_like.pid} && echo ours") == "ours\n"
+        time.sleep(0.3)  # true has exited, unreaped
+        for pid in (named.pid, zombie.pid, 999999999):
+            assert sh(lifecycle._HELPERS + f"ours {pid} || echo not") == "not\n"
+        assert sh(lifecycle._HELPERS + f"ours {titled.pid} && echo ours") == "ours\n"
     finally:
-        box_like.kill()
-        box_like.wait()
+        for process in (named, zombie, titled):
+            process.kill()
+            process.wait()
