@@ -30,12 +30,15 @@ def merged(folders: list[Path]) -> dict[str, Any]:
     return runs
 
 
+def header(*columns: str) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def run_rows(runs: dict[str, Any]) -> list[str]:
-    rows = [
-        "| run | attention | k | to /health s | c=1 median TPOT ms | decode tok/s "
-        "| vLLM 0.26 step ms |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = header(
+        "run", "attention", "k", "to /health s", "c=1 median TPOT ms", "decode tok/s",
+        "vLLM 0.26 step ms",
+    )  # fmt: skip
     for name, res in runs.items():
         meta = res["meta"]
         attention = meta.get("attention_backend", "(vLLM)")
@@ -54,11 +57,10 @@ def run_rows(runs: dict[str, Any]) -> list[str]:
 
 
 def bench_rows(runs: dict[str, Any]) -> list[str]:
-    rows = [
-        "| run | c | dflashops bench tok/s | client tok/s | diff | bench median TPOT ms | "
-        "acceptance length (/metrics) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = header(
+        "run", "c", "dflashops bench tok/s", "client tok/s", "diff", "bench median TPOT ms",
+        "acceptance length (/metrics)",
+    )  # fmt: skip
     for name, res in runs.items():
         report = (res.get("bench") or {}).get("report")
         if not report:
