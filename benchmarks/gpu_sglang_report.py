@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_report
+
 # vLLM 0.26.0 on the same H200 and shape, c=1 step ms (RESULTS.md, "The product on a real H200")
 VLLM_STEP_MS = {0: 5.202, 1: 6.348, 2: 6.337, 4: 6.344, 8: 6.330}
 
@@ -47,11 +50,11 @@ def run_rows(runs: dict[str, Any]) -> list[str]:
             rows.append(f"| {name} | {attention} | {meta['k']} | – | "
                         f"{res.get('error', 'no measurement')} | – | – |")  # fmt: skip
             continue
-        tpot = float(c1["median_tpot_ms"])
         vllm = VLLM_STEP_MS.get(int(meta["k"]))
         rows.append(
             f"| {name} | {attention} | {meta['k']} | {res.get('start_s', '–')} | "
-            f"{tpot:.3f} | {1000 / tpot:.1f} | {f'{vllm:.3f}' if vllm else '–'} |"
+            f"{float(c1['median_tpot_ms']):.3f} | {gpu_report.decode_tok_s(c1):.1f} | "
+            f"{f'{vllm:.3f}' if vllm else '–'} |"
         )
     return rows
 
@@ -65,15 +68,12 @@ def bench_rows(runs: dict[str, Any]) -> list[str]:
         report = (res.get("bench") or {}).get("report")
         if not report:
             continue
-        clients = {lv["concurrency"]: lv for lv in res.get("client_levels", [])}
-        for level in report["levels"]:
-            c = level["max_concurrency"]
-            ours = float(level["output_throughput"])
-            theirs = clients.get(c, {}).get("output_tok_s")
-            diff = f"{(ours / theirs - 1) * 100:+.1f} %" if theirs else "–"
-            al = level.get("spec_decode_acceptance_length")
+        # the pairing issue 22's report made for vLLM, the same for SGLang
+        for pair, level in zip(gpu_report.bench_vs_client(res), report["levels"], strict=True):
+            al = pair["bench_acceptance_length"]
             rows.append(
-                f"| {name} | {c} | {ours:.1f} | {f'{theirs:.1f}' if theirs else '–'} | {diff} | "
+                f"| {name} | {pair['concurrency']} | {pair['bench_tok_s']:.1f} | "
+                f"{pair['client_tok_s']:.1f} | {100 * pair['difference']:+.1f} % | "
                 f"{float(level['median_tpot_ms']):.3f} | {f'{al:.3f}' if al else '–'} |"
             )
     return rows
