@@ -32,9 +32,11 @@ SGLANG_METRICS_FLAG = "--enable-metrics"
 # SGLang's CPU engine is chosen by this variable, not by --device alone: without it
 # sglang.srt.utils.common.is_cpu() is False and the CPU backends are never picked (0.5.16)
 SGLANG_CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
+SGLANG_DRAFTER_FLAG = "--speculative-draft-model-path"
 # SGLang's speculative algorithm per playbook method (NEXTN is SGLang's MTP name, EAGLE inside)
 SGLANG_ALGORITHMS = {
     "dflash": "DFLASH",
+    "dspark": "DSPARK",
     "mtp": "NEXTN",
     "eagle3": "EAGLE3",
     "eagle": "EAGLE",
@@ -172,9 +174,13 @@ def sglang_argv(playbook: Playbook, python: str, target: TargetFacts) -> list[st
         assert k is not None  # the playbook model requires k with a method
         argv += ["--speculative-algorithm", SGLANG_ALGORITHMS[method]]
         if drafter.model is not None:
-            argv += ["--speculative-draft-model-path", str(drafter.model.path)]
+            argv += [SGLANG_DRAFTER_FLAG, str(drafter.model.path)]
         if method in ("mtp", "eagle3", "eagle"):
             argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
+        if method == "dspark":
+            # DSpark's window must be gamma + 1; without the flag gamma is the checkpoint's
+            # block_size and any other k stops the server (0.5.16 speculative_hook.py)
+            argv += ["--speculative-dspark-block-size", str(k)]
         argv += ["--speculative-num-draft-tokens", str(k + 1)]
         if method == "ngram":
             argv += _sglang_ngram_window(playbook)

@@ -46,6 +46,10 @@ SGLang, read in the PyPI wheels (``srt/server_args.py``'s ``--speculative-algori
   0.5.16 (absent in 0.5.15.post1).
 - No suffix algorithm through 0.5.23; its draft-model algorithm (STANDALONE, 0.5.2) is not one
   dflashops renders.
+- CPU (``--device cpu``), read in ``srt/arg_groups/speculative_hook.py``: 0.5.16 raises "DFLASH
+  speculative decoding only supports CUDA device." (seen on a real 0.5.16 CPU server) and the
+  same for DSpark; NGRAM runs on the CPU from 0.5.16 (0.5.15 raises "Ngram speculative decoding
+  only supports CUDA device."). EAGLE-3 ran on a real 0.5.16 CPU server.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ SGLANG_FIRST_DFLASH: Version = (0, 5, 11)
 SGLANG_FIRST_DSPARK: Version = (0, 5, 16)
 VLLM_SPECULATIVE_CONFIG: Version = (0, 8, 2)
 VLLM_CPU_SPECULATES: Version = (0, 21, 0)
+SGLANG_CPU_NGRAM: Version = (0, 5, 16)
+# SGLang's algorithms whose argument hook demands a CUDA device (0.5.16)
+SGLANG_CUDA_ONLY = {"dflash": "DFLASH", "dspark": "DSpark"}
 
 _RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.post(\d+)|rc\d+)?$")
 
@@ -152,8 +159,10 @@ def method_problem(engine: str, version: str, method: str, device: str) -> str |
 
 
 def _cpu_problem(engine: str, version: str, method: str, device: str) -> str | None:
-    if engine != "vllm" or device != "cpu" or method == "none":
+    if device != "cpu" or method == "none":
         return None
+    if engine == "sglang":
+        return _sglang_cpu_problem(version, method)
     if release_of(version) >= VLLM_CPU_SPECULATES:
         return None
     why = " (0.20.x fails at start: its CPU rejection sampler lacks SYNTHETIC_MODE)"
@@ -162,3 +171,20 @@ def _cpu_problem(engine: str, version: str, method: str, device: str) -> str | N
         f"{why if release_of(version) >= (0, 20, 0) else ''}; the playbook pins {version} with "
         f"server.device cpu and drafter.method {method}"
     )
+
+
+def _sglang_cpu_problem(version: str, method: str) -> str | None:
+    if method in SGLANG_CUDA_ONLY:
+        return (
+            f"SGLang serves {method} on CUDA only (its argument check: "
+            f'"{SGLANG_CUDA_ONLY[method]} speculative decoding only supports CUDA device."); '
+            f"the playbook pins server.device cpu: serve {method} on a GPU, or with vLLM's CPU "
+            "build"
+        )
+    if method == "ngram" and release_of(version) < SGLANG_CPU_NGRAM:
+        return (
+            f"SGLang's CPU engine runs ngram from {dotted(SGLANG_CPU_NGRAM)} ({version} "
+            'refuses it: "Ngram speculative decoding only supports CUDA device."); the playbook '
+            "pins server.device cpu"
+        )
+    return None

@@ -6,7 +6,9 @@ k from ``--k ENGINE=K``), validated like the file, so a ``{engine}``/``{version}
 every engine/method/release rule follow; each method then a copy of that playbook that runs it
 (``playbook_for_method``). What cannot be expressed (a checkpoint drafter other than the
 playbook's own, MTP on a playbook that does not run it, a method the engine release lacks) is
-skipped with the reason. ``run_compare`` is pure over injected ``launch(playbook)`` and
+skipped with the reason. An engine that cannot run the playbook's own method (SGLang's DFlash
+on a CPU, a release without it) still runs the methods that need no checkpoint (none, n-gram):
+:class:`WithoutOwnMethod`. ``run_compare`` is pure over injected ``launch(playbook)`` and
 ``bench(playbook, method) -> BenchReport`` steps; ``compare_container`` wires the real ones.
 """
 
@@ -74,6 +76,18 @@ class EngineChoice:
 
     def __str__(self) -> str:
         return self.name if self.version is None else f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class WithoutOwnMethod:
+    """An engine that cannot run the playbook's own method (``skipped`` says why): ``book`` is
+    the playbook loaded for that engine with speculation off (its k kept for n-gram)."""
+
+    book: Playbook
+    skipped: Skipped
+
+
+EngineBook = Playbook | WithoutOwnMethod | Skipped
 
 
 @dataclass
@@ -157,8 +171,10 @@ def parse_engine_k(items: Sequence[str]) -> dict[str, int]:
 
 def playbook_for_engine(
     path: Path, book: Playbook, choice: EngineChoice, k: int | None = None
-) -> Playbook | Skipped:
-    """The playbook file loaded for ``choice`` (and its k), or why it cannot run there."""
+) -> EngineBook:
+    """The playbook file loaded for ``choice`` (and its k); when the playbook's own method
+    cannot run there, the same without speculation (:class:`WithoutOwnMethod`); else why
+    nothing can."""
     overrides: list[str] = []
     if choice.name != book.engine.name or choice.version not in (None, book.engine.version):
         if choice.version is None:
@@ -176,24 +192,35 @@ def playbook_for_engine(
     try:
         return load_playbook(path, overrides)
     except PlaybookError as exc:
-        return Skipped(
+        refused = Skipped(
             method=book.drafter.method,
             engine=str(choice),
             reason=f"the playbook cannot run on {choice}: {exc.one_line()}",
         )
+    if book.drafter.method == "none":
+        return refused
+    off = ["drafter.method=none", "drafter.model=null", "server.num_speculative_tokens=null"]
+    try:
+        plain = load_playbook(path, [*overrides, *off])
+    except PlaybookError:
+        return refused  # the engine itself cannot run the playbook, whatever the method
+    own_k = k if k is not None else book.server.num_speculative_tokens
+    server = plain.server.model_copy(update={"num_speculative_tokens": own_k})
+    return WithoutOwnMethod(book=plain.model_copy(update={"server": server}), skipped=refused)
 
 
 def engine_label(book: Playbook) -> str:
     return f"{book.engine.name} {book.engine.version}"
 
 
-def playbook_for_method(book: Playbook, method: str) -> Playbook | Skipped:
+def playbook_for_method(book: Playbook, method: str, own: str | None = None) -> Playbook | Skipped:
     """``book`` changed to run ``method`` (``book`` itself for its own method), or why it
     cannot: none turns speculation off, ngram drops the drafter model and keeps the playbook's k
-    (``DEFAULT_K`` when it has none)."""
-    own = book.drafter.method
-    if method == own:
+    (``DEFAULT_K`` when it has none). ``own``: the method the playbook file runs, when ``book``
+    is its copy without speculation."""
+    if method == book.drafter.method:
         return book
+    own = own or book.drafter.method
     if method not in ("none", "ngram"):
         what = "a drafter checkpoint" if method != "mtp" else "a target with MTP layers"
         return Skipped(
@@ -236,14 +263,20 @@ def _row(engine: str, method: str, k: int | None, level: LevelResult) -> MethodR
 
 
 def run_compare(
-    book: Playbook, methods: Sequence[str], launch: Launch, bench: Bench, say: Say | None = None
+    book: Playbook,
+    methods: Sequence[str],
+    launch: Launch,
+    bench: Bench,
+    say: Say | None = None,
+    *,
+    own: str | None = None,
 ) -> CompareOutcome:
     """Launch and bench each expressible method in turn (the same bench settings for all)."""
     tell = say or quiet
     engine = engine_label(book)
     outcome = CompareOutcome(rows=[], skipped=[])
     for method in methods:
-        at = playbook_for_method(book, method)
+        at = playbook_for_method(book, method, own)
         if isinstance(at, Skipped):
             tell(f"{method}: skipped ({at.reason})")
             outcome.skipped.append(at.model_copy(update={"engine": engine}))
@@ -265,19 +298,28 @@ def run_compare(
 
 
 def run_engines(
-    books: Sequence[Playbook | Skipped],
+    books: Sequence[EngineBook],
     methods: Sequence[str],
     launch: Launch,
     bench: Bench,
     say: Say | None = None,
 ) -> CompareOutcome:
-    """``run_compare`` per engine's playbook, in order; an engine that cannot run is skipped."""
+    """``run_compare`` per engine's playbook, in order; an engine that cannot run is skipped,
+    one that cannot run the playbook's own method runs the rest."""
     tell = say or quiet
     outcome = CompareOutcome(rows=[], skipped=[])
     for book in books:
         if isinstance(book, Skipped):
             tell(f"{book.engine}: skipped ({book.reason})")
             outcome.skipped.append(book)
+            continue
+        if isinstance(book, WithoutOwnMethod):
+            own = book.skipped.method
+            if own in methods:
+                tell(f"{own}: skipped on {book.skipped.engine} ({book.skipped.reason})")
+                outcome.skipped.append(book.skipped)
+            rest = [m for m in methods if m != own]
+            outcome.extend(run_compare(book.book, rest, launch, bench, tell, own=own))
             continue
         outcome.extend(run_compare(book, methods, launch, bench, tell))
     return outcome

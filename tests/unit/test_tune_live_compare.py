@@ -15,6 +15,7 @@ from dflashops.playbook.models import Playbook
 from dflashops.tune.compare import (
     EngineChoice,
     Skipped,
+    WithoutOwnMethod,
     parse_engine_k,
     parse_engines,
     parse_methods,
@@ -128,18 +129,27 @@ def test_engines_are_parsed_with_their_pinned_releases() -> None:
         parse_engine_k(["sglang=0"])
 
 
-def test_each_engine_becomes_the_playbook_file_loaded_for_it() -> None:
+def gpu_book(tmp_path: Path) -> Path:
+    """The lab DFlash playbook on a GPU host (SGLang runs DFlash on CUDA only)."""
+    path = tmp_path / "gpu-dflash.yaml"
+    path.write_text(DFLASH_BOOK.read_text().replace("device: cpu", "device: cuda"))
+    return path
+
+
+def test_each_engine_becomes_the_playbook_file_loaded_for_it(tmp_path: Path) -> None:
     book = load_playbook(DFLASH_BOOK)
     assert playbook_for_engine(DFLASH_BOOK, book, EngineChoice("vllm")) is book
+    path = gpu_book(tmp_path)
+    on_gpu = load_playbook(path)
 
-    sglang = playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.16"), k=3)
+    sglang = playbook_for_engine(path, on_gpu, EngineChoice("sglang", "0.5.16"), k=3)
 
     assert isinstance(sglang, Playbook)
     assert (sglang.engine.name, sglang.engine.version) == ("sglang", "0.5.16")
     # the lab playbook's /opt/lab/venv-{engine}-cpu-{version} follows the engine
     assert sglang.engine.base_venv == Path("/opt/lab/venv-sglang-cpu-0.5.16")
     assert sglang.server.num_speculative_tokens == 3
-    assert sglang.drafter == book.drafter
+    assert sglang.drafter == on_gpu.drafter
 
 
 def test_an_engine_without_its_release_is_refused_before_anything_runs() -> None:
@@ -148,13 +158,41 @@ def test_an_engine_without_its_release_is_refused_before_anything_runs() -> None
         playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang"))
 
 
-def test_an_engine_release_that_lacks_the_method_is_skipped_with_the_reason() -> None:
+@pytest.mark.parametrize(
+    ("version", "why"),
+    [
+        ("0.5.3", "drafter.method dflash needs SGLang 0.5.11 or later"),
+        ("0.5.16", "SGLang serves dflash on CUDA only"),  # the lab playbook runs on the CPU
+    ],
+)
+def test_an_engine_that_cannot_run_the_own_method_keeps_the_others(version: str, why: str) -> None:
     book = load_playbook(DFLASH_BOOK)
 
-    skipped = playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.3"))
+    plain = playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", version), k=3)
 
-    assert isinstance(skipped, Skipped)
-    assert skipped.engine == "sglang==0.5.3" and "dflash" in skipped.reason
+    assert isinstance(plain, WithoutOwnMethod)
+    assert plain.skipped.engine == f"sglang=={version}" and plain.skipped.method == "dflash"
+    assert why in plain.skipped.reason
+    assert (plain.book.engine.name, plain.book.engine.version) == ("sglang", version)
+    assert plain.book.engine.base_venv == Path(f"/opt/lab/venv-sglang-cpu-{version}")
+    assert plain.book.drafter.method == "none" and plain.book.drafter.model is None
+    ngram = playbook_for_method(plain.book, "ngram", own="dflash")
+    if version == "0.5.16":  # 0.5.3's CPU engine has no n-gram
+        assert isinstance(ngram, Playbook) and ngram.server.num_speculative_tokens == 3  # --k
+    eagle3 = playbook_for_method(plain.book, "eagle3", own="dflash")
+    assert isinstance(eagle3, Skipped) and "the playbook's drafter is dflash" in eagle3.reason
+
+
+def test_an_engine_the_playbook_cannot_run_at_all_is_skipped_whole() -> None:
+    book = load_playbook(DFLASH_BOOK)
+
+    skipped = playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.x"))
+
+    assert isinstance(skipped, Skipped), skipped
+    assert skipped.reason == (
+        "the playbook cannot run on sglang==0.5.x: --set:engine.version: pin an exact release "
+        "such as 0.34.0"
+    )
 
 
 def test_engines_times_methods_each_launch_once_and_rows_name_their_engine() -> None:
@@ -164,26 +202,39 @@ def test_engines_times_methods_each_launch_once_and_rows_name_their_engine() -> 
         playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.16")),
         playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.3")),
     ]
-    launched: list[tuple[str, str]] = []
+    launched: list[tuple[str, str, str]] = []
 
     def launch(at: Playbook) -> None:
-        launched.append((at.engine.name, at.drafter.method))
+        launched.append((at.engine.name, at.engine.version, at.drafter.method))
 
-    outcome = run_engines(books, parse_methods("none,dflash"), launch, fake_report)
+    outcome = run_engines(books, parse_methods("none,dflash,ngram"), launch, fake_report)
 
+    # SGLang runs DFlash on CUDA only and 0.5.3 has none: their none cells still run, and
+    # 0.5.3's CPU engine has no n-gram either
     assert launched == [
-        ("vllm", "none"),
-        ("vllm", "dflash"),
-        ("sglang", "none"),
-        ("sglang", "dflash"),
+        ("vllm", "0.32.0", "none"),
+        ("vllm", "0.32.0", "dflash"),
+        ("vllm", "0.32.0", "ngram"),
+        ("sglang", "0.5.16", "none"),
+        ("sglang", "0.5.16", "ngram"),
+        ("sglang", "0.5.3", "none"),
     ]
-    assert [row.engine for row in outcome.rows] == ["vllm 0.32.0"] * 2 + ["sglang 0.5.16"] * 2
-    assert [item.engine for item in outcome.skipped] == ["sglang==0.5.3"]
+    assert [row.engine for row in outcome.rows] == (
+        ["vllm 0.32.0"] * 3 + ["sglang 0.5.16"] * 2 + ["sglang 0.5.3"]
+    )
+    assert [(item.engine, item.method) for item in outcome.skipped] == [
+        ("sglang==0.5.16", "dflash"),
+        ("sglang==0.5.3", "dflash"),
+        ("sglang 0.5.3", "ngram"),
+    ]
+    assert "runs ngram from 0.5.16" in outcome.skipped[2].reason
     assert set(outcome.section()["levels"]) == {
         "vllm 0.32.0 none",
         "vllm 0.32.0 dflash",
+        "vllm 0.32.0 ngram",
         "sglang 0.5.16 none",
-        "sglang 0.5.16 dflash",
+        "sglang 0.5.16 ngram",
+        "sglang 0.5.3 none",
     }
 
 
@@ -194,11 +245,14 @@ def test_compare_options_are_checked_before_anything_runs() -> None:
     assert result.exit_code == 2 and "not ENGINE=K" in result.output
 
 
-def test_a_cell_whose_launch_fails_is_skipped_with_the_reason_and_the_rest_still_run() -> None:
+def test_a_cell_whose_launch_fails_is_skipped_with_the_reason_and_the_rest_still_run(
+    tmp_path: Path,
+) -> None:
     from dflashops.errors import ServerError
 
-    book = load_playbook(DFLASH_BOOK)
-    books = [playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.16")), book]
+    path = gpu_book(tmp_path)
+    book = load_playbook(path)
+    books = [playbook_for_engine(path, book, EngineChoice("sglang", "0.5.16")), book]
 
     def launch(at: Playbook) -> None:
         if (at.engine.name, at.drafter.method) == ("sglang", "dflash"):
