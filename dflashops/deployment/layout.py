@@ -80,6 +80,11 @@ class Layout:
         return posixpath.join(self.state, "preflight.json")
 
     @property
+    def drafter_view(self) -> str:
+        """The z-lab view of a speculators-layout drafter that SGLang reads (one server, one)."""
+        return posixpath.join(self.state, "drafter-zlab")
+
+    @property
     def wheels(self) -> str:
         return posixpath.join(self.opt, "wheels")
 

@@ -45,6 +45,8 @@ MIXED_OK = f"vllm>=0.26.0 (with {V2_RUNNER_ENV}=1 before 0.34)"
 
 VLLM_FIRST_DFLASH2: Version = (0, 28, 0)
 SGLANG_FIRST_DFLASH2: Version = (0, 5, 19)
+# the info finding that tells launch to serve SGLang a z-lab view of a speculators-layout drafter
+ZLAB_VIEW_KEY = "engine.layout"
 DFLASH2_RUNS = "vllm>=0.28.0 or sglang>=0.5.19 (llama.cpp: since ggml-org/llama.cpp#27342)"
 
 VLLM_DSPARK_QWEN3_REWRITE: Version = (0, 34, 0)
@@ -84,8 +86,9 @@ class DrafterShape:
     """The facts about a drafter that engine versions treat differently.
 
     ``architectures`` and ``model_type`` are the file's own (DSpark's class depends on both in
-    vLLM); ``mask_top_level`` says the mask id sits only at the top level, where SGLang before
-    0.5.18 does not look."""
+    vLLM; a speculators file's ``model_type`` is its layer config's); ``mask_top_level`` says
+    the mask id sits only at the top level, where SGLang before 0.5.18 does not look;
+    ``speculators``: the file is in the speculators layout, which SGLang cannot read as it is."""
 
     has_sliding: bool = False
     has_full: bool = True
@@ -93,6 +96,7 @@ class DrafterShape:
     architectures: tuple[str, ...] = ()
     model_type: str | None = None
     mask_top_level: bool = False
+    speculators: bool = False
 
 
 def engine_findings(
@@ -238,7 +242,9 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
 
 def _sglang(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
     if engine.version >= SGLANG_FIRST_DFLASH:
-        return [] if shape.model_type else [_sglang_needs_model_type(engine)]
+        if not shape.model_type:
+            return [_sglang_needs_model_type(engine)]
+        return [_sglang_reads_a_zlab_view(engine)] if shape.speculators else []
     return [
         _finding(
             "error",
@@ -254,13 +260,26 @@ def _sglang_needs_model_type(engine: EngineSpec) -> Finding:
     return _finding(
         "error",
         "model_type",
-        "a top-level model_type (z-lab's layout: qwen3)",
-        "none (the speculators layout: speculators_model_type, transformer_layer_config)",
+        "a model_type (z-lab's layout: qwen3 at the top level)",
+        "none",
         f"{engine} loads the drafter's config.json with transformers' AutoConfig, which needs a "
-        "top-level model_type; seen on a real SGLang 0.5.16: 'ValueError: Unrecognized model in "
-        "<drafter>. Should have a `model_type` key in its config.json' and the server exits. "
-        "vLLM reads this layout as it is: serve it with vLLM, or give SGLang the z-lab layout "
-        "of the same weights.",
+        "model_type; seen on a real SGLang 0.5.16: 'ValueError: Unrecognized model in "
+        "<drafter>. Should have a `model_type` key in its config.json' and the server exits.",
+    )
+
+
+def _sglang_reads_a_zlab_view(engine: EngineSpec) -> Finding:
+    return _finding(
+        "info",
+        ZLAB_VIEW_KEY,
+        "the z-lab layout (a qwen3 config at the top level, dflash_config)",
+        "the speculators layout (speculators_model_type, transformer_layer_config)",
+        f"{engine} loads the drafter's config.json with transformers' AutoConfig, which finds "
+        "no top-level model_type in this layout (a real 0.5.16 server exited: 'Unrecognized "
+        "model'). dflashops launch serves SGLang a z-lab view of it: config.json converted as "
+        "vLLM converts it (target_layer_ids = aux_hidden_state_layer_ids - 1), every other file "
+        "linked; the weight names are the ones SGLang's DFlashDraftModel loads. Another "
+        "launcher needs the z-lab layout written out.",
     )
 
 

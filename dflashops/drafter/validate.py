@@ -51,7 +51,14 @@ from dflashops.drafter.context import CheckContext, target_facts
 from dflashops.drafter.engine import DrafterShape, EngineSpec, engine_findings
 from dflashops.drafter.family_names import Family
 from dflashops.drafter.files import DrafterFiles, TargetFiles
-from dflashops.drafter.formats import LAYER_CONFIG, SPECULATORS, ZLAB_ONLY, file_key
+from dflashops.drafter.formats import (
+    LAYER_CONFIG,
+    SPECULATORS,
+    ZLAB_ONLY,
+    checked_view,
+    config_format,
+    file_key,
+)
 from dflashops.drafter.keys import MISSING, show
 from dflashops.drafter.registry import RegistryEntry
 from dflashops.drafter.result import CheckResult, Finding, merge_by_key
@@ -130,7 +137,10 @@ VIEWS: Mapping[Family, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 def _with_files(shape: DrafterShape, config: Mapping[str, Any]) -> DrafterShape:
     """The engine-facing facts only the file itself tells (its class, its mask's place)."""
     archs = config.get("architectures")
-    model_type = config.get("model_type")
+    speculators = config_format(config) == SPECULATORS
+    # what AutoConfig reads from the config the engine is given (a speculators file's layer
+    # config becomes the top level of the z-lab view dflashops serves SGLang)
+    model_type = checked_view(config).get("model_type") if speculators else config.get("model_type")
     return replace(
         shape,
         architectures=tuple(a for a in archs if isinstance(a, str))
@@ -138,6 +148,7 @@ def _with_files(shape: DrafterShape, config: Mapping[str, Any]) -> DrafterShape:
         else (),
         model_type=model_type if isinstance(model_type, str) else None,
         mask_top_level=mask_top_level(config),
+        speculators=speculators,
     )
 
 

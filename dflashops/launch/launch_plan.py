@@ -110,6 +110,7 @@ def render_inputs(
         api_key=api_key,
         target=judgement.target,
         layout=layout,
+        zlab_view=judgement.validation.zlab_view,
     )
 
 

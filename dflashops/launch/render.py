@@ -17,6 +17,7 @@ from dflashops import __version__
 from dflashops.deployment.layout import DEFAULT_LAYOUT, Layout
 from dflashops.drafter.registry import load_registry
 from dflashops.launch.args import (
+    SGLANG_DRAFTER_FLAG,
     VLLM_API_KEY_ENV,
     TargetFacts,
     engine_argv,
@@ -70,6 +71,9 @@ class RenderInputs:
     layout: Layout = DEFAULT_LAYOUT
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     dflashops_version: str = __version__
+    # the drafter check found a speculators-layout DFlash drafter for SGLang: the server writes
+    # its z-lab view (layout.drafter_view) and SGLang is given that folder
+    zlab_view: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,10 +109,15 @@ def build_spec(playbook: Playbook, inputs: RenderInputs) -> ServerSpec:
     if drafter.method == "mtp":
         # MTP drafts with the target's own extra layers: its "drafter files" are the target's
         drafter_path = playbook.model.path
+    argv = engine_argv(playbook, inputs.venv_python, inputs.target)
+    zlab = inputs.zlab_view and playbook.engine.name == "sglang" and drafter_path is not None
+    view = inputs.layout.drafter_view if zlab else None
+    if view is not None:
+        argv[argv.index(SGLANG_DRAFTER_FLAG) + 1] = view
     return ServerSpec(
         engine=playbook.engine.name,
         engine_version=playbook.engine.version,
-        argv=engine_argv(playbook, inputs.venv_python, inputs.target),
+        argv=argv,
         model=str(playbook.model.path),
         drafter=str(drafter_path) if drafter_path is not None else None,
         method=method,
@@ -121,6 +130,7 @@ def build_spec(playbook: Playbook, inputs: RenderInputs) -> ServerSpec:
         preflight_report=inputs.layout.preflight_report,
         pidfile=inputs.layout.pidfile,
         collective_check=cuda and server.collective_check,
+        drafter_view=view,
     )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashops.drafter.check import check_paths
-from dflashops.drafter.engine import EngineSpec, parse_engine
+from dflashops.drafter.engine import ZLAB_VIEW_KEY, EngineSpec, parse_engine
 from dflashops.drafter.families import CheckInputs, Family, method_family
 from dflashops.drafter.fetch import META_FILES, fetch_model_meta
 from dflashops.drafter.files import read_target
@@ -39,6 +39,11 @@ class DrafterValidation:
     @property
     def failed(self) -> bool:
         return self.status == "errors"
+
+    @property
+    def zlab_view(self) -> bool:
+        """The engine reads this drafter through the z-lab view the server writes."""
+        return any(f.key == ZLAB_VIEW_KEY for f in self.findings)
 
     def lines(self, severity: str | None = None) -> list[str]:
         """One line per finding (``severity: key: expected …, found …``); with ``severity``,

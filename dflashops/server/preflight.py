@@ -3,7 +3,8 @@
 Standard library only, plus torch when the spec expects CUDA (imported lazily, so a host without
 GPUs never pays for it) and the drafter validator from :mod:`dflashops.drafter` when it is
 installed. Checks run cheapest first and stop at the first failure, so a bad setup fails in
-seconds, before the engine spends a minute importing itself.
+seconds, before the engine spends a minute importing itself. Over 400 lines because every step
+a start runs before exec is here, in the order it runs: one file says what a start checks.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def run_preflight(spec: ServerSpec, environ: dict[str, str] | None = None) -> Pr
         check_engine,
         check_model,
         check_drafter,
+        check_drafter_view,
         check_shm,
         check_gpus,
         check_collective,
@@ -225,6 +227,19 @@ def check_drafter(spec: ServerSpec, report: PreflightReport, env: dict[str, str]
         if key not in spec.env and key not in env:
             report.exec_env[key] = value
     report.passed("drafter-config", validation["status"])
+
+
+def check_drafter_view(spec: ServerSpec, report: PreflightReport, env: dict[str, str]) -> None:
+    """Write the z-lab view SGLang reads of a speculators-layout drafter (spec.drafter_view)."""
+    if spec.drafter_view is None or spec.drafter is None:
+        return
+    from dflashops.server.drafter_view import ViewError, write_view
+
+    try:
+        written = write_view(Path(spec.drafter), Path(spec.drafter_view), Path(spec.model))
+    except ViewError as exc:
+        raise PreflightFailure("drafter-view", str(exc), ExitCode.DRAFTER_FILES) from exc
+    report.passed("drafter-view", written)
 
 
 def validate_drafter_hook(spec: ServerSpec) -> dict[str, Any]:

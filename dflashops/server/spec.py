@@ -59,6 +59,9 @@ class ServerSpec:
     check_files: bool = True
     # opt-in: one all-reduce across the TP GPUs before the engine loads (server.collective)
     collective_check: bool = False
+    # SGLang and a speculators-layout DFlash drafter: the folder where the server writes the
+    # drafter's z-lab view before exec (argv names this folder, not ``drafter``)
+    drafter_view: str | None = None
     spec_version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
@@ -84,6 +87,10 @@ class ServerSpec:
             found.append("byte limits must not be negative")
         if self.method in DRAFTER_METHODS and not self.drafter:
             found.append(f"method {self.method!r} needs a drafter path")
+        if self.drafter_view is not None and not (
+            self.drafter and self.drafter_view.startswith("/")
+        ):
+            found.append("drafter_view needs a drafter and must be an absolute path")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             found.append("env must map strings to strings")
         if self.spec_version != SPEC_VERSION:
@@ -144,7 +151,11 @@ class ServerSpec:
 
 
 _REQUIRED = ("engine", "engine_version", "argv", "model")
-_ADDED_LATER: dict[str, Any] = {"collective_check": False, "drafter_ref": None}
+_ADDED_LATER: dict[str, Any] = {
+    "collective_check": False,
+    "drafter_ref": None,
+    "drafter_view": None,
+}
 _TYPES: dict[str, tuple[type, ...]] = {
     "engine": (str,),
     "engine_version": (str,),
@@ -164,6 +175,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "auto_nccl_p2p": (bool,),
     "check_files": (bool,),
     "collective_check": (bool,),
+    "drafter_view": (str, type(None)),
     "spec_version": (int,),
 }
 
