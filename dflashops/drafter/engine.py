@@ -45,6 +45,7 @@ MIXED_OK = f"vllm>=0.26.0 (with {V2_RUNNER_ENV}=1 before 0.34)"
 
 VLLM_FIRST_DFLASH2: Version = (0, 28, 0)
 SGLANG_FIRST_DFLASH2: Version = (0, 5, 19)
+SGLANG_LAYER_BOUND_READ: Version = (0, 5, 15)
 # the info finding that tells launch to serve SGLang a z-lab view of a speculators-layout drafter
 ZLAB_VIEW_KEY = "engine.layout"
 DFLASH2_RUNS = "vllm>=0.28.0 or sglang>=0.5.19 (llama.cpp: since ggml-org/llama.cpp#27342)"
@@ -97,6 +98,10 @@ class DrafterShape:
     model_type: str | None = None
     mask_top_level: bool = False
     speculators: bool = False
+    # SGLang bounds target_layer_ids by num_target_layers, else by the drafter's own layer count
+    target_layer_ids: tuple[int, ...] = ()
+    layers: int | None = None
+    num_target_layers: int | None = None
 
 
 def engine_findings(
@@ -244,7 +249,10 @@ def _sglang(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
     if engine.version >= SGLANG_FIRST_DFLASH:
         if not shape.model_type:
             return [_sglang_needs_model_type(engine)]
-        return [_sglang_reads_a_zlab_view(engine)] if shape.speculators else []
+        if shape.speculators:  # the view dflashops writes carries the target's layer count
+            return [_sglang_reads_a_zlab_view(engine)]
+        bound = _sglang_layer_bound(engine, shape)
+        return [bound] if bound else []
     return [
         _finding(
             "error",
@@ -254,6 +262,29 @@ def _sglang(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
             "SGLang before 0.5.11 has no DFLASH speculative algorithm: nothing is drafted.",
         )
     ]
+
+
+def _sglang_layer_bound(engine: EngineSpec, shape: DrafterShape) -> Finding | None:
+    """SGLang's DFlashDraftModel refuses ids at or past num_target_layers, which defaults to the
+    drafter's own layer count (read in 0.5.15's and 0.5.16's models/dflash.py; a real 0.5.16
+    stopped a 1-layer drafter fed target layers 0-2: "out-of-range layer id")."""
+    if shape.num_target_layers is not None or shape.layers is None or not shape.target_layer_ids:
+        return None
+    if max(shape.target_layer_ids) < shape.layers:
+        return None
+    read = engine.version >= SGLANG_LAYER_BOUND_READ
+    return _finding(
+        "error" if read else "warning",
+        "dflash_config.num_target_layers",
+        "the target's num_hidden_layers",
+        f"(missing): {engine} bounds target_layer_ids {list(shape.target_layer_ids)} by the "
+        f"drafter's own {shape.layers} layers",
+        f"{engine} builds the drafter with target_layer_ids checked against "
+        "dflash_config.num_target_layers, or the drafter's num_hidden_layers when it is absent; "
+        "an id at or past that bound stops the server (ValueError 'DFLASH target_layer_ids "
+        "contains an out-of-range layer id'). vLLM does not read it. "
+        + ("" if read else "Read in 0.5.15 and 0.5.16 only: this release may differ."),
+    )
 
 
 def _sglang_needs_model_type(engine: EngineSpec) -> Finding:

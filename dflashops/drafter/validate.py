@@ -59,7 +59,7 @@ from dflashops.drafter.formats import (
     config_format,
     file_key,
 )
-from dflashops.drafter.keys import MISSING, show
+from dflashops.drafter.keys import MISSING, is_int, show
 from dflashops.drafter.registry import RegistryEntry
 from dflashops.drafter.result import CheckResult, Finding, merge_by_key
 
@@ -149,7 +149,23 @@ def _with_files(shape: DrafterShape, config: Mapping[str, Any]) -> DrafterShape:
         model_type=model_type if isinstance(model_type, str) else None,
         mask_top_level=mask_top_level(config),
         speculators=speculators,
+        **_layer_bound_facts(checked_view(config)),
     )
+
+
+def _layer_bound_facts(view: Mapping[str, Any]) -> dict[str, Any]:
+    """The ids, the drafter's layer count and num_target_layers as SGLang resolves them
+    (``dflash_config`` first, then the top level); values of the wrong type count as absent."""
+    nested = view.get("dflash_config")
+    nested = nested if isinstance(nested, Mapping) else {}
+    ids = nested.get("target_layer_ids")
+    bound = nested.get("num_target_layers", view.get("num_target_layers"))
+    layers = view.get("num_hidden_layers")
+    return {
+        "target_layer_ids": tuple(ids) if isinstance(ids, list) and all(map(is_int, ids)) else (),
+        "layers": layers if is_int(layers) else None,
+        "num_target_layers": bound if is_int(bound) else None,
+    }
 
 
 def _named(ctx: CheckContext, config: Mapping[str, Any], family: Family) -> list[Finding]:

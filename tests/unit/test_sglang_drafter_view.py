@@ -191,3 +191,33 @@ def test_a_view_that_cannot_be_written_stops_the_start_with_the_reason(tmp_path:
 def test_a_view_needs_a_drafter_and_an_absolute_path(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="drafter_view"):
         spec(tmp_path, CORRECTED, Path("relative"))
+
+
+def zlab_drafter(tmp_path: Path, **dflash: Any) -> Path:
+    drafter = tmp_path / "zlab"
+    shutil.copytree(CORRECTED, drafter)
+    data = config(CORRECTED)
+    data["dflash_config"].pop("num_target_layers", None)
+    data.pop("num_target_layers", None)
+    data["dflash_config"].update(dflash)
+    (drafter / "config.json").write_text(json.dumps(data))
+    return drafter
+
+
+def test_sglang_refuses_layer_ids_past_the_bound_it_falls_back_to(tmp_path: Path) -> None:
+    # without num_target_layers SGLang checks the ids against the drafter's own 5 layers (a real
+    # 0.5.16 stopped with "out-of-range layer id"); vLLM does not read the key
+    drafter = zlab_drafter(tmp_path)
+    assert findings(drafter, SGLANG)["dflash_config.num_target_layers"] == "error"
+    assert findings(drafter, "sglang==0.5.12")["dflash_config.num_target_layers"] == "warning"
+    assert "dflash_config.num_target_layers" not in findings(drafter, "vllm==0.32.0")
+    run = check_paths(str(drafter), target=str(TARGET), engine=parse_engine(SGLANG))
+    (bound,) = [f for f in run.result.findings if f.key == "dflash_config.num_target_layers"]
+    assert "by the drafter's own 5 layers" in bound.found
+
+
+def test_a_stated_bound_or_ids_within_the_drafter_pass(tmp_path: Path) -> None:
+    stated = zlab_drafter(tmp_path / "a", num_target_layers=64)
+    assert "dflash_config.num_target_layers" not in findings(stated, SGLANG)
+    within = zlab_drafter(tmp_path / "b", target_layer_ids=[0, 1, 2, 3, 4])
+    assert "dflash_config.num_target_layers" not in findings(within, SGLANG)
