@@ -20,7 +20,10 @@ Runs (most telling first; a call that runs out of time resumes at the next):
 - ``q8b-k0``: plain decode, FA3; ``q8b-k1/2/4/8``: DFlash, k drafts = a verify window of k + 1
   (``--speculative-num-draft-tokens``); ``e3-k1/2/4/8``: EAGLE-3, k steps, topk 1;
 - ``e3-k4-sim3``: EAGLE-3 k=4 with ``SGLANG_SIMULATE_ACC_LEN=3`` (SGLang's synthetic acceptance,
-  speculative/eagle_utils.py:730; DFLASH has no such switch in 0.5.15), vLLM's ``s4:3``.
+  speculative/eagle_utils.py:730; DFLASH has no such switch in 0.5.15), vLLM's ``s4:3``;
+- ``q8b-view-k4``: DFlash k=4 from ``drafter-speculators`` (the same drafter in the speculators
+  layout, as ``drafter train`` exports; ``--make-speculators DIR`` writes it from ``DIR/drafter``),
+  which launch serves SGLang through the z-lab view the bundled server writes before exec.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import engine_matrix_eagle3
 
+from dflashops.deployment.layout import Layout
 from dflashops.drafter.check import check_paths
 from dflashops.drafter.engine import parse_engine
 from dflashops.drafter.safetensors import header_bytes
@@ -42,6 +47,7 @@ from dflashops.launch.args import TargetFacts, hybrid_from_config
 from dflashops.launch.render import RenderInputs, build_spec
 from dflashops.playbook.load import load_playbook
 from dflashops.playbook.models import Playbook
+from tests.fixtures.drafter.speculators_layout import as_speculators
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOKS = REPO / "benchmarks" / "results" / "gpu-h200-sglang-playbooks"
@@ -68,7 +74,11 @@ RUNS: Runs = {
     "e3-k2": (EAGLE3, 2, "fa3", {}),
     "e3-k8": (EAGLE3, 8, "fa3", {}),
     "e3-k4-sim3": (EAGLE3, 4, "fa3", {"SGLANG_SIMULATE_ACC_LEN": "3"}),
+    "q8b-view-k4": (DFLASH, 4, "fa3", {}),
 }
+# runs whose drafter is the speculators-layout copy, served to SGLang through the z-lab view
+SPECULATORS_DRAFTER = f"{GPU_ROOT}/drafter-speculators"
+VIEW_RUNS = frozenset({"q8b-view-k4"})
 
 
 def playbook_for(book: str, k: int, backend: str, env: dict[str, str]) -> Playbook:
@@ -113,12 +123,23 @@ def drafter_check(playbook: Playbook, models: Path) -> tuple[dict[str, str], Tar
 def render_run(name: str, models: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     book, k, backend, env = RUNS[name]
     playbook = playbook_for(book, k, backend, env)
+    view = name in VIEW_RUNS
+    if view:
+        assert playbook.drafter.model is not None
+        model = playbook.drafter.model.model_copy(update={"path": Path(SPECULATORS_DRAFTER)})
+        drafter = playbook.drafter.model_copy(update={"model": model, "ref": None})
+        playbook = playbook.model_copy(update={"drafter": drafter})
     required_env: dict[str, str] = {}
     target, verdict = TargetFacts(), ""
     if models is not None:
         required_env, target, verdict = drafter_check(playbook, models)
     inputs = RenderInputs(
-        supervisor="fallback", venv_python="python3", required_env=required_env, target=target
+        supervisor="fallback",
+        venv_python="python3",
+        required_env=required_env,
+        target=target,
+        layout=Layout(state=STATE),  # the view goes to /root/gpu/state/drafter-zlab
+        zlab_view=view,  # the drafter check's engine.layout note says so (launch reads it)
     )
     spec = build_spec(playbook, inputs)
     spec = replace(
@@ -162,12 +183,29 @@ def make_eagle3(models: Path) -> Path:
     return out
 
 
+def make_speculators(models: Path) -> Path:
+    """``models/drafter-speculators``: ``models/drafter`` with its config in the speculators
+    layout (what ``drafter train`` exports); the weights and tokenizer files are copied."""
+    source, out = models / "drafter", models / "drafter-speculators"
+    out.mkdir(parents=True, exist_ok=True)
+    zlab = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    config = as_speculators(zlab, verifier=f"{GPU_ROOT}/target")
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    for item in source.iterdir():
+        if item.name != "config.json":
+            shutil.copy(item, out / item.name)
+    return out
+
+
 def main() -> int:
     args = sys.argv[1:]
     models = None
-    while args[:1] and args[0] in ("--models", "--make-eagle3"):
+    while args[:1] and args[0] in ("--models", "--make-eagle3", "--make-speculators"):
         if args[0] == "--make-eagle3":
             print("wrote", make_eagle3(Path(args[1])))
+            return 0
+        if args[0] == "--make-speculators":
+            print("wrote", make_speculators(Path(args[1])))
             return 0
         models = Path(args[1])
         args = args[2:]
