@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from dflashops.drafter.engine_causality import sglang_causality, vllm_causality
 from dflashops.drafter.family_names import Family
 from dflashops.drafter.result import Finding
 from dflashops.errors import DrafterError
@@ -98,6 +99,9 @@ class DrafterShape:
     model_type: str | None = None
     mask_top_level: bool = False
     speculators: bool = False
+    # a speculators file's sliding_window_non_causal (None: absent), which decides how causal
+    # each engine runs its layers (engine_causality)
+    speculators_non_causal: bool | None = None
     # SGLang bounds target_layer_ids by num_target_layers, else by the drafter's own layer count
     target_layer_ids: tuple[int, ...] = ()
     layers: int | None = None
@@ -232,6 +236,14 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
                 "dflashops launch sets it (required_env).",
             )
         )
+    if shape.speculators:
+        causality = vllm_causality(
+            v,
+            has_sliding=shape.has_sliding,
+            has_full=shape.has_full,
+            non_causal_key=shape.speculators_non_causal,
+        )
+        out += [causality] if causality else []
     if shape.sample_from_anchor and v >= VLLM_MIXED_ANY_RUNNER:
         out.append(
             _finding(
@@ -250,7 +262,10 @@ def _sglang(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
         if not shape.model_type:
             return [_sglang_needs_model_type(engine)]
         if shape.speculators:  # the view dflashops writes carries the target's layer count
-            return [_sglang_reads_a_zlab_view(engine)]
+            causality = sglang_causality(
+                has_sliding=shape.has_sliding, non_causal_key=shape.speculators_non_causal
+            )
+            return [_sglang_reads_a_zlab_view(engine), *([causality] if causality else [])]
         bound = _sglang_layer_bound(engine, shape)
         return [bound] if bound else []
     return [

@@ -149,8 +149,14 @@ def _with_files(shape: DrafterShape, config: Mapping[str, Any]) -> DrafterShape:
         model_type=model_type if isinstance(model_type, str) else None,
         mask_top_level=mask_top_level(config),
         speculators=speculators,
+        speculators_non_causal=_non_causal_key(config) if speculators else None,
         **_layer_bound_facts(checked_view(config)),
     )
+
+
+def _non_causal_key(config: Mapping[str, Any]) -> bool | None:
+    value = config.get("sliding_window_non_causal")
+    return value if isinstance(value, bool) else None
 
 
 def _layer_bound_facts(view: Mapping[str, Any]) -> dict[str, Any]:

@@ -101,10 +101,20 @@ def test_a_real_pair_is_clean_found_by_its_target(pair: Pair) -> None:
     assert pair.entry in note.found and "matches the target of" in note.why
 
 
+# speculators 0.9.0 writes sliding_window_non_causal: false for z-lab's full-attention drafter,
+# and vLLM 0.32 turns that into causal masks on every layer (vllm-project/vllm#56692)
+CAUSAL_ON_VLLM = {"qwen3-8b-dflash-b16-speculators"}
+
+
 @pytest.mark.parametrize("pair", PAIRS.values(), ids=PAIRS.keys())
 def test_a_real_pair_is_clean_against_its_reference_and_engine(pair: Pair) -> None:
     result = check_pair(pair, ref=pair.entry, k=pair.k, engine=parse_engine("vllm==0.32.0"))
-    assert result.summary.status == "clean"
+    name = pair.drafter.name
+    expected = "warnings" if name in CAUSAL_ON_VLLM else "clean"
+    assert result.summary.status == expected, [(f.key, f.found) for f in result.findings]
+    if name in CAUSAL_ON_VLLM:
+        warned = [f.key for f in result.findings if f.severity == "warning"]
+        assert warned == ["engine.sliding_window_non_causal"]
 
 
 def test_redhats_drafter_is_not_held_to_z_labs_for_the_same_target() -> None:
