@@ -5,7 +5,8 @@ builds, so they never share one), the wheels pushed into them, ``/etc/dflashops`
 ``launch`` renders (``launch.sh``, ``server.json``, ``secrets.env``, ``deployed.json``),
 ``/var/log/dflashops/server.log``. Replaced files keep timestamped backups next to them.
 
-Run-time state (pids, events, the preflight report) goes under ``/var/lib/dflashops``, not
+Run-time state (pids, events, the preflight report, the z-lab view of a speculators-layout
+drafter that SGLang reads) goes under ``/var/lib/dflashops``, not
 ``/run``: a lab container shares this machine's ``/run``, and a stale pid after a reboot is
 harmless because every pid is checked (alive, same mount namespace, our command line) before
 it is trusted.
