@@ -62,6 +62,7 @@ class ConfigError(DflashopsError):
                 f"{where}:{key if len(key) <= MAX_KEY_CHARS else key[: MAX_KEY_CHARS - 1] + '…'}"
             )
         super().__init__(f"{where}: {message}", hint=hint)
+        self.reason = message  # without where: for a caller that names the input itself
         self.source = source
         self.line = line
         self.key = key

@@ -71,17 +71,21 @@ def compare(
     release lacks) is skipped with the reason. The server is left running the last one
     measured; relaunch the playbook to restore it. `dflashops report FILE --plots DIR` draws
     compare_methods.png from the saved result."""
-    from dflashops.cli.progress import spinner
+    from dflashops.cli.progress import progress_console, spinner
     from dflashops.deployment.playbooks import playbook_for_container
     from dflashops.tune.compare import compare_container
 
     chosen, on, ks = _choices(methods, engines, engine_k)
     path = playbook_for_container(name, playbook_name)
+    # a terminal's spinner is transient: each cell's outcome is echoed to stay on screen (a
+    # pipe has them already among the step lines); launch's and bench's own steps are not
+    echo = not as_json and progress_console().is_interactive
+    cells = {*chosen, *(str(choice) for choice in on)}
     with spinner(f"compare on {name}", enabled=not as_json) as say:
 
         def tell(message: str) -> None:
             say(message)
-            if not as_json and ": " in message and message.split(": ", 1)[1] != "benchmarking":
+            if echo and is_cell_outcome(message, cells):
                 click.echo(message, err=True)
 
         outcome, report = compare_container(
@@ -104,6 +108,13 @@ def compare(
         _show(outcome, saved)
     if report is None:
         raise click.ClickException("no method could be measured")
+
+
+def is_cell_outcome(message: str, cells: set[str]) -> bool:
+    """``dflash: skipped (...)``, ``ngram: launching on sglang 0.5.16``: a line of compare's own
+    about one of ``cells`` (a method or an engine), not a step of launch or bench inside it."""
+    head, _, rest = message.partition(": ")
+    return head in cells and bool(rest) and rest != "benchmarking"
 
 
 def _choices(

@@ -195,7 +195,7 @@ def playbook_for_engine(
         refused = Skipped(
             method=book.drafter.method,
             engine=str(choice),
-            reason=f"the playbook cannot run on {choice}: {exc.one_line()}",
+            reason=f"the playbook cannot run on {choice}: {exc.reason}",
         )
     if book.drafter.method == "none":
         return refused

@@ -189,9 +189,9 @@ def test_an_engine_the_playbook_cannot_run_at_all_is_skipped_whole() -> None:
     skipped = playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.x"))
 
     assert isinstance(skipped, Skipped), skipped
+    # the reason without "--set:KEY:": compare set the engine, not the operator
     assert skipped.reason == (
-        "the playbook cannot run on sglang==0.5.x: --set:engine.version: pin an exact release "
-        "such as 0.34.0"
+        "the playbook cannot run on sglang==0.5.x: pin an exact release such as 0.34.0"
     )
 
 
@@ -268,3 +268,17 @@ def test_a_cell_whose_launch_fails_is_skipped_with_the_reason_and_the_rest_still
     (failed,) = outcome.skipped
     assert failed.engine == "sglang 0.5.16" and failed.method == "dflash"
     assert failed.reason.startswith("launch failed: the engine failed: ValueError")
+
+
+def test_only_the_cells_own_outcomes_stay_on_a_terminal() -> None:
+    from dflashops.cli.compare import is_cell_outcome
+
+    cells = {"none", "dflash", "sglang==0.5.16"}
+    assert is_cell_outcome("dflash: skipped (needs a GPU)", cells)
+    assert is_cell_outcome("none: launching on vllm 0.32.0", cells)
+    assert is_cell_outcome("sglang==0.5.16: skipped (no release)", cells)
+    assert not is_cell_outcome("none: benchmarking", cells)
+    # launch's and bench's steps inside a cell: a readiness poll a second, a request count
+    assert not is_cell_outcome("loading the model (14s) | INFO: ...", cells)
+    assert not is_cell_outcome("concurrency 1: 3/8 requests, 336.2 tok/s", cells)
+    assert not is_cell_outcome("preparing the engine venv: create, link-base", cells)
