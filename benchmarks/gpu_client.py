@@ -16,11 +16,14 @@ import threading
 import time
 from typing import Any
 
+# the server's address: the GPU run's servers listen on loopback; a lab container is elsewhere
+HOST = "127.0.0.1"
+
 
 def request(
     port: int, method: str, path: str, body: Any = None, timeout: float = 30
 ) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         payload = json.dumps(body) if body is not None else None
         conn.request(method, path, body=payload, headers={"Content-Type": "application/json"})
@@ -85,7 +88,7 @@ def stream(port: int, model: str, prompt: str, max_tokens: int) -> dict[str, Any
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    conn = http.client.HTTPConnection(HOST, port, timeout=300)
     sent = time.perf_counter()
     headers = {"Content-Type": "application/json"}
     conn.request("POST", "/v1/completions", body=json.dumps(body), headers=headers)
