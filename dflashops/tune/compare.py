@@ -81,10 +81,11 @@ class EngineChoice:
 @dataclass(frozen=True)
 class WithoutOwnMethod:
     """An engine that cannot run the playbook's own method (``skipped`` says why): ``book`` is
-    the playbook loaded for that engine with speculation off (its k kept for n-gram)."""
+    the playbook loaded for that engine with speculation off, ``k`` the one n-gram runs with."""
 
     book: Playbook
     skipped: Skipped
+    k: int | None
 
 
 EngineBook = Playbook | WithoutOwnMethod | Skipped
@@ -205,19 +206,20 @@ def playbook_for_engine(
     except PlaybookError:
         return refused  # the engine itself cannot run the playbook, whatever the method
     own_k = k if k is not None else book.server.num_speculative_tokens
-    server = plain.server.model_copy(update={"num_speculative_tokens": own_k})
-    return WithoutOwnMethod(book=plain.model_copy(update={"server": server}), skipped=refused)
+    return WithoutOwnMethod(book=plain, skipped=refused, k=own_k)
 
 
 def engine_label(book: Playbook) -> str:
     return f"{book.engine.name} {book.engine.version}"
 
 
-def playbook_for_method(book: Playbook, method: str, own: str | None = None) -> Playbook | Skipped:
+def playbook_for_method(
+    book: Playbook, method: str, own: str | None = None, k: int | None = None
+) -> Playbook | Skipped:
     """``book`` changed to run ``method`` (``book`` itself for its own method), or why it
     cannot: none turns speculation off, ngram drops the drafter model and keeps the playbook's k
-    (``DEFAULT_K`` when it has none). ``own``: the method the playbook file runs, when ``book``
-    is its copy without speculation."""
+    (``DEFAULT_K`` when it has none). ``own`` and ``k``: the method and k the playbook file
+    runs, when ``book`` is its copy without speculation."""
     if method == book.drafter.method:
         return book
     own = own or book.drafter.method
@@ -228,7 +230,7 @@ def playbook_for_method(book: Playbook, method: str, own: str | None = None) -> 
             reason=f"needs {what}; the playbook's drafter is {own} (compare it with a playbook "
             f"that runs {method})",
         )
-    k = None if method == "none" else book.server.num_speculative_tokens or DEFAULT_K
+    k = None if method == "none" else k or book.server.num_speculative_tokens or DEFAULT_K
     server = book.server.model_copy(update={"num_speculative_tokens": k})
     try:
         # validated as a whole, as the file is: a method switch must fit the rest of the book
@@ -270,13 +272,14 @@ def run_compare(
     say: Say | None = None,
     *,
     own: str | None = None,
+    k: int | None = None,
 ) -> CompareOutcome:
     """Launch and bench each expressible method in turn (the same bench settings for all)."""
     tell = say or quiet
     engine = engine_label(book)
     outcome = CompareOutcome(rows=[], skipped=[])
     for method in methods:
-        at = playbook_for_method(book, method, own)
+        at = playbook_for_method(book, method, own, k)
         if isinstance(at, Skipped):
             tell(f"{method}: skipped ({at.reason})")
             outcome.skipped.append(at.model_copy(update={"engine": engine}))
@@ -319,7 +322,7 @@ def run_engines(
                 tell(f"{own}: skipped on {book.skipped.engine} ({book.skipped.reason})")
                 outcome.skipped.append(book.skipped)
             rest = [m for m in methods if m != own]
-            outcome.extend(run_compare(book.book, rest, launch, bench, tell, own=own))
+            outcome.extend(run_compare(book.book, rest, launch, bench, tell, own=own, k=book.k))
             continue
         outcome.extend(run_compare(book, methods, launch, bench, tell))
     return outcome

@@ -176,9 +176,10 @@ def test_an_engine_that_cannot_run_the_own_method_keeps_the_others(version: str,
     assert (plain.book.engine.name, plain.book.engine.version) == ("sglang", version)
     assert plain.book.engine.base_venv == Path(f"/opt/lab/venv-sglang-cpu-{version}")
     assert plain.book.drafter.method == "none" and plain.book.drafter.model is None
-    ngram = playbook_for_method(plain.book, "ngram", own="dflash")
+    assert plain.book.server.num_speculative_tokens is None and plain.k == 3  # --k, beside
+    ngram = playbook_for_method(plain.book, "ngram", own="dflash", k=plain.k)
     if version == "0.5.16":  # 0.5.3's CPU engine has no n-gram
-        assert isinstance(ngram, Playbook) and ngram.server.num_speculative_tokens == 3  # --k
+        assert isinstance(ngram, Playbook) and ngram.server.num_speculative_tokens == 3
     eagle3 = playbook_for_method(plain.book, "eagle3", own="dflash")
     assert isinstance(eagle3, Skipped) and "the playbook's drafter is dflash" in eagle3.reason
 
@@ -202,22 +203,23 @@ def test_engines_times_methods_each_launch_once_and_rows_name_their_engine() -> 
         playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.16")),
         playbook_for_engine(DFLASH_BOOK, book, EngineChoice("sglang", "0.5.3")),
     ]
-    launched: list[tuple[str, str, str]] = []
+    launched: list[tuple[str, str, str, int | None]] = []
 
     def launch(at: Playbook) -> None:
-        launched.append((at.engine.name, at.engine.version, at.drafter.method))
+        k = at.server.num_speculative_tokens
+        launched.append((at.engine.name, at.engine.version, at.drafter.method, k))
 
     outcome = run_engines(books, parse_methods("none,dflash,ngram"), launch, fake_report)
 
-    # SGLang runs DFlash on CUDA only and 0.5.3 has none: their none cells still run, and
-    # 0.5.3's CPU engine has no n-gram either
+    # SGLang runs DFlash on CUDA only and 0.5.3 has none: their none cells still run (no k),
+    # n-gram with the playbook's k, and 0.5.3's CPU engine has no n-gram either
     assert launched == [
-        ("vllm", "0.32.0", "none"),
-        ("vllm", "0.32.0", "dflash"),
-        ("vllm", "0.32.0", "ngram"),
-        ("sglang", "0.5.16", "none"),
-        ("sglang", "0.5.16", "ngram"),
-        ("sglang", "0.5.3", "none"),
+        ("vllm", "0.32.0", "none", None),
+        ("vllm", "0.32.0", "dflash", 4),
+        ("vllm", "0.32.0", "ngram", 4),
+        ("sglang", "0.5.16", "none", None),
+        ("sglang", "0.5.16", "ngram", 4),
+        ("sglang", "0.5.3", "none", None),
     ]
     assert [row.engine for row in outcome.rows] == (
         ["vllm 0.32.0"] * 3 + ["sglang 0.5.16"] * 2 + ["sglang 0.5.3"]
