@@ -54,6 +54,7 @@ from typing import Any
 
 from dflashops.errors import DflashopsError
 from dflashops.progress import Say
+from dflashops.training.interrupts import interrupts_pass_through_logging
 from dflashops.training.job import TrainingJob
 from dflashops.training.prepare import RECORD_FILE, torch_device
 
@@ -291,10 +292,12 @@ def _plain(value: Any) -> Any:
 @contextmanager
 def _adapted_to(device: str, job: TrainingJob, recorder: logging.Handler) -> Iterator[None]:
     """speculators' trainer with this module's subclass (and, on the CPU, its one patch), no
-    tqdm bars, and the metric records going to ``recorder``; all restored afterwards."""
+    tqdm bars, the metric records going to ``recorder`` and a stop signal that lands in a
+    logging call not lost (:mod:`dflashops.training.interrupts`); all restored afterwards."""
     from speculators.train import (  # type: ignore[import-not-found, unused-ignore]
         checkpointer,
         cli,
+        graceful_shutdown,
         trainer,
     )
 
@@ -313,7 +316,8 @@ def _adapted_to(device: str, job: TrainingJob, recorder: logging.Handler) -> Ite
     try:
         for owner, name, value in patches:
             setattr(owner, name, value)
-        yield
+        with interrupts_pass_through_logging(graceful_shutdown.TrainingInterruptedError):
+            yield
     finally:
         root.removeHandler(recorder)
         for owner, name, value in saved:
