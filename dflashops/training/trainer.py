@@ -35,9 +35,8 @@ instead), and every logged step's metrics go to ``metrics.jsonl``: ``{"step", "e
 "lr", "full_acc", "position_<i>_acc", "eal", ...}`` (validation lines carry ``val_`` keys and no
 ``loss``). On a rerun, lines after the checkpoint it resumes from are dropped first.
 
-Deterministic on the CPU for a fixed ``train.seed`` and thread count (``OMP_NUM_THREADS=1``
-gives byte-identical runs); a resumed run continues from weights saved in bfloat16
-(speculators' checkpoint dtype), so it ends close to, not exactly at, an uninterrupted one.
+Deterministic on the CPU for a fixed ``train.seed`` and ``OMP_NUM_THREADS=1`` (byte-identical
+runs); a resumed run continues from bfloat16 checkpoints: close to an uninterrupted one, not equal.
 """
 
 from __future__ import annotations
@@ -291,9 +290,8 @@ def _plain(value: Any) -> Any:
 
 @contextmanager
 def _adapted_to(device: str, job: TrainingJob, recorder: logging.Handler) -> Iterator[None]:
-    """speculators' trainer with this module's subclass (and, on the CPU, its one patch), no
-    tqdm bars, the metric records going to ``recorder`` and a stop signal that lands in a
-    logging call not lost (:mod:`dflashops.training.interrupts`); all restored afterwards."""
+    """speculators' trainer with this module's subclass (and, on the CPU, its one patch), no tqdm
+    bars, metrics to ``recorder``, stop signals kept (``interrupts``); all restored afterwards."""
     from speculators.train import (  # type: ignore[import-not-found, unused-ignore]
         checkpointer,
         cli,
