@@ -42,7 +42,15 @@ def bench_level(url: str, model: str, workload: Path, shape: Shape) -> dict[str,
     argv = [sys.executable, "-m", "dflashops", "bench", "--url", url, "--model", model]
     argv += ["--api", "completions", "-w", str(workload), "-c", str(shape.concurrency)]
     argv += ["-n", str(shape.requests), "--warmup", "1", "--max-tokens", str(shape.max_tokens)]
-    argv += ["--ignore-eos", "--temperature", "0", "--json"]
+    # the result file goes with the prompts (bench saves one per run otherwise, in the cwd)
+    argv += [
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--json",
+        "--out",
+        str(workload.parent / "b.json"),
+    ]
     run = subprocess.run(argv, capture_output=True, text=True, check=True)
     ((level,),) = [r["levels"] for r in json.loads(run.stdout)["reports"]]
     return {
