@@ -34,11 +34,16 @@ class SignalOnFlush(io.StringIO):
         super().flush()
 
 
+RECEIVED: list[int] = []  # the signals the stand-in handler ran for
+
+
 @pytest.fixture
 def logger() -> Iterator[logging.Logger]:
-    def handler(_signum: int, _frame: FrameType | None) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        RECEIVED.append(signum)
         raise Interrupted("SIGUSR1")
 
+    RECEIVED.clear()
     previous = signal.signal(signal.SIGUSR1, handler)
     log = logging.getLogger("dflashops-test-interrupts")
     log.propagate = False
@@ -54,16 +59,21 @@ def logger() -> Iterator[logging.Logger]:
 
 
 def test_without_it_logging_swallows_the_interruption(logger: logging.Logger) -> None:
-    logger.warning("saving checkpoint")  # no exception: the stop was lost
+    returned = logger.warning("saving checkpoint")  # type: ignore[func-returns-value]
+
+    # the handler ran and raised, yet the call returned as if nothing happened: the stop is lost
+    assert RECEIVED == [signal.SIGUSR1] and returned is None
 
 
 def test_with_it_the_interruption_reaches_the_trainer(logger: logging.Logger) -> None:
     with interrupts_pass_through_logging(Interrupted), pytest.raises(Interrupted):
         logger.warning("saving checkpoint")
+    assert RECEIVED == [signal.SIGUSR1]
 
 
 def test_other_logging_errors_stay_logging_errors(logger: logging.Logger) -> None:
     original = logging.Handler.handleError
     with interrupts_pass_through_logging(KeyboardInterrupt):
         logger.warning("saving checkpoint")  # Interrupted is not the one passed through
+    assert RECEIVED == [signal.SIGUSR1]  # it arrived and stayed a logging error
     assert logging.Handler.handleError is original  # restored
