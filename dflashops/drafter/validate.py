@@ -138,9 +138,10 @@ def _with_files(shape: DrafterShape, config: Mapping[str, Any]) -> DrafterShape:
     """The engine-facing facts only the file itself tells (its class, its mask's place)."""
     archs = config.get("architectures")
     speculators = config_format(config) == SPECULATORS
-    # what AutoConfig reads from the config the engine is given (a speculators file's layer
-    # config becomes the top level of the z-lab view dflashops serves SGLang)
-    model_type = checked_view(config).get("model_type") if speculators else config.get("model_type")
+    # what the engine is given: a z-lab file as it is, a speculators file's z-lab view (its
+    # layer config at the top level, as dflashops serves it to SGLang)
+    view = checked_view(config)
+    model_type = view.get("model_type")
     return replace(
         shape,
         architectures=tuple(a for a in archs if isinstance(a, str))
@@ -150,7 +151,7 @@ def _with_files(shape: DrafterShape, config: Mapping[str, Any]) -> DrafterShape:
         mask_top_level=mask_top_level(config),
         speculators=speculators,
         speculators_non_causal=_non_causal_key(config) if speculators else None,
-        **_layer_bound_facts(checked_view(config)),
+        **_layer_bound_facts(view),
     )
 
 
