@@ -22,7 +22,7 @@ from typing import Literal
 
 from dflashops.drafter.engine_causality import sglang_causality, vllm_causality
 from dflashops.drafter.family_names import Family
-from dflashops.drafter.result import Finding
+from dflashops.drafter.result import Finding, engine_finding
 from dflashops.errors import DrafterError
 from dflashops.playbook.engine_methods import (  # the one table of first releases per method
     SGLANG_FIRST_DFLASH,
@@ -125,14 +125,6 @@ def engine_findings(
     return _vllm(engine, shape)
 
 
-def _finding(
-    severity: Literal["error", "warning", "info"], key: str, expected: str, found: str, why: str
-) -> Finding:
-    return Finding(
-        severity=severity, key=key, expected=expected, found=found, why=why, check="engine"
-    )
-
-
 def _family_floor(engine: EngineSpec, shape: DrafterShape, family: Family) -> Finding | None:
     """An engine version that cannot build the family's drafter at all, naming what can."""
     v, found = engine.version, str(engine)
@@ -145,7 +137,7 @@ def _family_floor(engine: EngineSpec, shape: DrafterShape, family: Family) -> Fi
             if engine.name == "vllm"
             else "SGLang's DFlash model classes have no DFlash2DraftModel before 0.5.19"
         )
-        return _finding(
+        return engine_finding(
             "error",
             "engine",
             DFLASH2_RUNS,
@@ -159,7 +151,7 @@ def _family_floor(engine: EngineSpec, shape: DrafterShape, family: Family) -> Fi
         if v >= first:
             return None
         what = 'no "dspark" speculative method' if engine.name == "vllm" else "no DSPARK algorithm"
-        return _finding(
+        return engine_finding(
             "error",
             "engine",
             DSPARK_RUNS,
@@ -174,7 +166,7 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
     v, found = engine.version, str(engine)
     if v < VLLM_FIRST_DFLASH:
         return [
-            _finding(
+            engine_finding(
                 "error",
                 "engine",
                 "vllm>=0.20.0",
@@ -187,7 +179,7 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
     env: dict[str, str] = {}
     if v < VLLM_LAYER_ID_FIX:
         out.append(
-            _finding(
+            engine_finding(
                 "warning",
                 "engine.target_layer_ids",
                 "vllm>=0.22.0",
@@ -200,7 +192,7 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
     mixed = shape.has_sliding and shape.has_full
     if shape.has_sliding and v < VLLM_READS_LAYER_TYPES:
         out.append(
-            _finding(
+            engine_finding(
                 "error",
                 "engine.layer_types",
                 MIXED_OK if mixed else "vllm>=0.25.0",
@@ -212,7 +204,7 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
         )
     elif mixed and v < VLLM_MIXED_ON_V2:
         out.append(
-            _finding(
+            engine_finding(
                 "error",
                 "engine.layer_types",
                 MIXED_OK,
@@ -226,7 +218,7 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
         # 0.26-0.32 were read; 0.33 is assumed to behave like 0.32 (0.34 dropped the V1 runner)
         env[V2_RUNNER_ENV] = "1"
         out.append(
-            _finding(
+            engine_finding(
                 "info",
                 "engine.layer_types",
                 f"{V2_RUNNER_ENV}=1",
@@ -246,7 +238,7 @@ def _vllm(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dict[
         out += [causality] if causality else []
     if shape.sample_from_anchor and v >= VLLM_MIXED_ANY_RUNNER:
         out.append(
-            _finding(
+            engine_finding(
                 "error",
                 "engine.sample_from_anchor",
                 "false (or absent)",
@@ -269,7 +261,7 @@ def _sglang(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
         bound = _sglang_layer_bound(engine, shape)
         return [bound] if bound else []
     return [
-        _finding(
+        engine_finding(
             "error",
             "engine",
             "sglang>=0.5.11",
@@ -288,7 +280,7 @@ def _sglang_layer_bound(engine: EngineSpec, shape: DrafterShape) -> Finding | No
     if max(shape.target_layer_ids) < shape.layers:
         return None
     read = engine.version >= SGLANG_LAYER_BOUND_READ
-    return _finding(
+    return engine_finding(
         "error" if read else "warning",
         "dflash_config.num_target_layers",
         "the target's num_hidden_layers",
@@ -303,7 +295,7 @@ def _sglang_layer_bound(engine: EngineSpec, shape: DrafterShape) -> Finding | No
 
 
 def _sglang_needs_model_type(engine: EngineSpec) -> Finding:
-    return _finding(
+    return engine_finding(
         "error",
         "model_type",
         "a model_type (z-lab's layout: qwen3 at the top level)",
@@ -315,7 +307,7 @@ def _sglang_needs_model_type(engine: EngineSpec) -> Finding:
 
 
 def _sglang_reads_a_zlab_view(engine: EngineSpec) -> Finding:
-    return _finding(
+    return engine_finding(
         "info",
         ZLAB_VIEW_KEY,
         "the z-lab layout (a qwen3 config at the top level, dflash_config)",
@@ -336,7 +328,7 @@ def _dspark(engine: EngineSpec, shape: DrafterShape) -> tuple[list[Finding], dic
     if engine.name == "sglang":
         if shape.mask_top_level and engine.version < SGLANG_TOP_LEVEL_MASK:
             out.append(
-                _finding(
+                engine_finding(
                     "error",
                     "engine.mask_token_id",
                     "sglang>=0.5.18, or the id in dflash_config.mask_token_id",
@@ -358,7 +350,7 @@ def _dspark_class(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
     if engine.name == "sglang":
         if DSPARK_DRAFT_CLASS in archs and engine.version < SGLANG_DSPARK_DRAFT_CLASS:
             return [
-                _finding(
+                engine_finding(
                     "error",
                     "engine.architectures",
                     "sglang>=0.5.17, or architectures [Qwen3DSparkModel]",
@@ -378,7 +370,7 @@ def _dspark_class(engine: EngineSpec, shape: DrafterShape) -> list[Finding]:
     if rewritten:
         return []
     return [
-        _finding(
+        engine_finding(
             "error",
             "engine.architectures",
             '["Qwen3DSparkModel"] (vLLM 0.34 also maps DSparkDraftModel with model_type "qwen3")',

@@ -20,9 +20,7 @@ so these are warnings. Standard library only.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from dflashops.drafter.result import Finding
+from dflashops.drafter.result import Finding, engine_finding
 
 Version = tuple[int, int, int]
 VLLM_GLOBAL_CAUSAL_READ: Version = (0, 26, 0)
@@ -57,8 +55,9 @@ def vllm_causality(
         else "none in this layout on vLLM (one override for every layer): serve it with SGLang, "
         "which decides per layer, or wait for vllm-project/vllm#56692"
     )
-    return _finding(
+    return engine_finding(
         "warning",
+        f"engine.{KEY}",
         fix,
         f"{KEY} {_shown(non_causal_key)}: vLLM runs " + " and ".join(wrong),
         "vLLM's speculators adapter turns sliding_window_non_causal into one dflash_config.causal "
@@ -75,8 +74,9 @@ def sglang_causality(*, has_sliding: bool, non_causal_key: bool | None) -> Findi
     non-causal sliding layers drafts with another mask there."""
     if not (has_sliding and non_causal_key):
         return None
-    return _finding(
+    return engine_finding(
         "warning",
+        f"engine.{KEY}",
         "vLLM for this drafter (its sliding layers run non-causal there, as trained)",
         f"{KEY} true: SGLang runs the sliding layers causally (trained non-causal)",
         "SGLang builds each DFlash layer from layer_types alone (models/dflash.py, 0.5.16: "
@@ -87,14 +87,3 @@ def sglang_causality(*, has_sliding: bool, non_causal_key: bool | None) -> Findi
 
 def _shown(value: bool | None) -> str:
     return "absent" if value is None else str(value).lower()
-
-
-def _finding(severity: Literal["warning"], expected: str, found: str, why: str) -> Finding:
-    return Finding(
-        severity=severity,
-        key=f"engine.{KEY}",
-        expected=expected,
-        found=found,
-        why=why,
-        check="engine",
-    )

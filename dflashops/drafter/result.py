@@ -36,6 +36,13 @@ class Finding:
     check: str
 
 
+def engine_finding(severity: Severity, key: str, expected: str, found: str, why: str) -> Finding:
+    """A finding of the engine rules (what one engine version does with the file)."""
+    return Finding(
+        severity=severity, key=key, expected=expected, found=found, why=why, check="engine"
+    )
+
+
 @dataclass(frozen=True)
 class Summary:
     errors: int = 0
