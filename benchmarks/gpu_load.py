@@ -27,6 +27,7 @@ Subcommands (README.md has the exact ``run`` calls)::
     python benchmarks/gpu_load.py plan --model q8b                    # here: launches, commands
     python benchmarks/gpu_load.py selfcheck                           # here: the fake engine
     python benchmarks/gpu_load.py summary RESULT.json                 # here: the summary again
+    python benchmarks/gpu_load.py replay RESULT.json                  # here: today's loop on it
 """
 
 from __future__ import annotations
@@ -194,6 +195,43 @@ def cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """The product's loop again over a returned JSON's records, nothing served: what this
+    checkout decides on the numbers a GPU measured (a configuration the records lack ends the
+    replay as a run ends out of time)."""
+    import gpu_load_core as core
+
+    result = json.loads(args.result.read_text(encoding="utf-8"))
+    saved = result["config"]
+    engine, version = str(saved["engine"]).split()
+    config = core.LoadBenchConfig(
+        model=result["model"],
+        levels=tuple(saved["levels"]),
+        budget=saved["budget"],
+        current_k=saved["current_k"],
+        static_ks=tuple(saved["static_ks"]),
+        max_num_seqs=saved["max_num_seqs"],
+        engine=engine,
+        version=version,
+    )
+
+    def not_here(served: Any) -> None:
+        raise core.OutOfTime(served, 0.0, 0.0)
+
+    bench = core.LoadBench(
+        config,
+        core.Store.open(None, [args.result]),
+        lambda served: {},
+        not_here,
+        lambda line: print(f"# {line}"),
+    )
+    replayed = bench.run()
+    replayed.update(facts=result.get("facts", {}), max_tokens=result.get("max_tokens"))
+    title = f"{result.get('title', '')} [replayed here from {args.result.name}]"
+    print("\n" + core.summary_text(replayed, title), end="")
+    return 0
+
+
 def cmd_pack(args: argparse.Namespace) -> int:
     import gpu_load_pack
 
@@ -211,6 +249,11 @@ def parser() -> argparse.ArgumentParser:
     recv.add_argument("folder", type=Path)
     recv.add_argument("--first", action="store_true", help="start a new blob (the first chunk)")
     recv.set_defaults(func=cmd_recv)
+    replay = sub.add_parser(
+        "replay", help="here: the product's loop over a result JSON's records, nothing served"
+    )
+    replay.add_argument("result", type=Path)
+    replay.set_defaults(func=cmd_replay)
     for name, func, helptext in (
         ("run", cmd_run, "GPU host: measure one model (resumes where the last call stopped)"),
         ("plan", cmd_plan, "here: the launches and commands, steered by the canned GPU machine"),

@@ -432,7 +432,7 @@ def summary_text(result: Record, title: str = "") -> str:
     crit = result["criterion"]
     config = result["config"]
     lines = [
-        f"tune --load on the H200: {title or result['model']} ({config['engine']}), "
+        f"tune --load on {_gpu(result)}: {title or result['model']} ({config['engine']}), "
         f"levels {', '.join(map(str, config['levels']))}, budget {config['budget']}, "
         f"current k {config['current_k']}",
     ]
@@ -499,6 +499,12 @@ def summary_text(result: Record, title: str = "") -> str:
             f"{nxt['left_s']:.0f} s were left): run the same command again"
         )
     return "\n".join(lines) + "\n"
+
+
+def _gpu(result: Record) -> str:
+    """The card the facts name (nvidia-smi's second line), else the plan's H200."""
+    lines = str(result.get("facts", {}).get("nvidia_smi", "")).splitlines()
+    return lines[1].split(",")[0].strip() if len(lines) > 1 else "the H200"
 
 
 def static_table(crit: dict[str, Any]) -> list[str]:

@@ -156,6 +156,14 @@ def recv(folder: Path, *, first: bool) -> None:
         facts(refresh=True)
 
 
+def gpu_name() -> str:
+    """nvidia-smi's name of the card (the bench's roofline knows it): a call may land on an
+    H100 where H200 was asked for (2026-12-05's did), so the report must not say H200 blindly."""
+    lines = str(facts().get("nvidia_smi", "")).splitlines()
+    name = lines[1].split(",")[0].strip() if len(lines) > 1 else ""
+    return name or "H200"
+
+
 def facts(*, refresh: bool = False) -> dict[str, Any]:
     path = STATE / "facts.json"
     if path.exists() and not refresh:
@@ -289,6 +297,7 @@ def bench_argv(
     served_name: str,
     weights: str,
     out_json: Path,
+    gpu: str = "H200",
     python: str = sys.executable,
 ) -> list[str]:
     """``dflashops bench --url`` at some levels (as ``gpu_run.py`` runs it); k is what the
@@ -300,7 +309,7 @@ def bench_argv(
         "-c", ",".join(map(str, levels)), "-n", str(requests), "--warmup", "1",
         "--max-tokens", str(setup.max_tokens), "--ignore-eos", "--temperature", "0",
         "--method", "dflash" if k else "none", "-k", str(k), "--label", label,
-        "--gpu", "H200", "--tp", "1", "--weights", weights, "--out", str(out_json), "--json",
+        "--gpu", gpu, "--tp", "1", "--weights", weights, "--out", str(out_json), "--json",
     ]  # fmt: skip
 
 
@@ -420,7 +429,7 @@ class DeviceServer:
             argv = bench_argv(
                 self.setup, k=k, label=f"{self.setup.name} {key}", levels=levels, requests=n,
                 port=self.book.server.port, served_name=self.book.served_name, weights=weights,
-                out_json=out_json,
+                out_json=out_json, gpu=gpu_name(),
             )  # fmt: skip
             left = self.deadline - time.monotonic()
             if left < 5:

@@ -36,6 +36,8 @@ from dflashops.drafter.safetensors import header_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 CARRY_LIMIT = 64 * 2**20
+# 63.5 MiB by file sizes was refused, 59.9 MiB went (2026-12-05): the tool counts more than we do
+HEADROOM = 2 * 2**20
 # what the GPU image lacked in issue 22 (RESULTS.md); pydantic comes with the vLLM payload
 DEPENDENCIES = (
     "fabric", "invoke", "paramiko", "bcrypt", "PyNaCl", "cryptography", "cffi", "pycparser",
@@ -153,6 +155,11 @@ def pack(payload: Path, out: Path) -> int:
     shutil.copy(parts[0], a / "part00")
     wheels(a / "wheels")
     shutil.copy(parts[1], b / "part01")
+    # load-a with every wheel came to 63.5 MiB with the work tree and the run tool refused it
+    # (its count runs above the file sizes); the largest wheel rides with the second chunk
+    (b / "wheels").mkdir()
+    for wheel in (a / "wheels").glob("cryptography-*.whl"):
+        shutil.move(wheel, b / "wheels" / wheel.name)
     shutil.copy(chunks / "sha256", b / "sha256")
     staged = out / "models"  # kept here too: `gpu_load.py plan --models` checks the drafters
     shutil.rmtree(staged, ignore_errors=True)
@@ -168,7 +175,9 @@ def pack(payload: Path, out: Path) -> int:
         worst = max(worst, total)
         print(f"{folder}: {size(folder) / 2**20:.1f} MiB + work tree {tree / 2**20:.1f} MiB = "
               f"{total / 2**20:.1f} MiB of {CARRY_LIMIT / 2**20:.0f}")  # fmt: skip
-    if worst > CARRY_LIMIT:
-        print("too large for one call: the run tool carries 64 MiB at most", file=sys.stderr)
+    if worst > CARRY_LIMIT - HEADROOM:
+        free = HEADROOM / 2**20
+        print(f"too large for one call: the run tool carries 64 MiB at most, and its count ran "
+              f"above the file sizes (keep {free:.0f} MiB free)", file=sys.stderr)  # fmt: skip
         return 1
     return 0

@@ -118,16 +118,34 @@ def run_load_tune(
     launch_step(schedule)
     launches.append(schedule)
     outcome.verify_runs = measure(schedule)
+    fallback_k, fallback_why = refusal_fallback(result, plan.current_k)
     outcome.verdict = judge_schedule(
         decision,
         runs,
         outcome.verify_runs,
         old_k=plan.current_k,
-        # without a single best k (no level scored) a refusal keeps the k served before
-        fallback_k=result.single_k.k if result.single_k is not None else plan.current_k,
+        fallback_k=fallback_k,
+        fallback_why=fallback_why,
     )
     tell(outcome.verdict.sentence)
     return _serve_kept(outcome, launch_step, plan.current_k, schedule)
+
+
+def refusal_fallback(result: LoadResult, current_k: int) -> tuple[int, str]:
+    """What a refused schedule keeps, and why: the single k that served the load mix best as
+    measured. The model predicted the schedule and the verification just contradicted it, so its
+    unlaunched single k is not trusted over a measured one (on an H100, q8b: the model's k=5 was
+    never served; k=7 was, and led at c=4, 16 and 32). Without measured k at every level, the
+    model's single k; without that, the k served before."""
+    measured, predicted = result.measured_single_k, result.single_k
+    if measured is not None:
+        why = "best measured over the load mix"
+        if predicted is not None and predicted.k != measured.k:
+            why += f"; the model's k={predicted.k} was not launched"
+        return measured.k, why
+    if predicted is not None:
+        return predicted.k, "best over the load mix, predicted"
+    return current_k, "served before: no k scored at every level"
 
 
 def _serve_kept(

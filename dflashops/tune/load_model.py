@@ -102,6 +102,11 @@ class LoadResult(BaseModel):
     acceptance_check: AcceptanceCheck
     costs: LoadCostModel
     single_k: SingleK | None
+    measured_single_k: SingleK | None = Field(
+        default=None,
+        description="the same choice among the k launched (measured at every weighted level): "
+        "what a refused schedule keeps, since the model it came from was just contradicted",
+    )
     stops_paying_at: int | None = Field(
         description="the lowest level from which on speculation off (k = 0) wins every level"
     )
@@ -150,6 +155,7 @@ def analyse_load(runs: Sequence[LevelRun], settings: LoadSettings) -> LoadResult
         acceptance_check=check,
         costs=costs,
         single_k=_single_k(choices, settings),
+        measured_single_k=_single_k(choices, settings, measured_only=True),
         stops_paying_at=_stops_paying_at(k_by_level),
         warnings=tuple(_warnings(choices, check, costs, settings)),
         assumptions=_assumptions(costs, settings),
@@ -285,14 +291,18 @@ def _tpot_ratio(runs: Sequence[LevelRun]) -> float:
     return sum(ratios) / len(ratios) if ratios else 1.0
 
 
-def _single_k(choices: Sequence[LevelChoice], settings: LoadSettings) -> SingleK | None:
-    """The k that maximises the mix's weighted score, among k scored at every weighted level."""
+def _single_k(
+    choices: Sequence[LevelChoice], settings: LoadSettings, *, measured_only: bool = False
+) -> SingleK | None:
+    """The k that maximises the mix's weighted score, among k scored at every weighted level
+    (``measured_only``: measured there, not predicted)."""
     weights = settings.weights()
     weighted = [choice for choice in choices if weights[choice.level] > 0]
+    ks = {row.k for choice in weighted for row in choice.predictions}
     per_k: dict[int, dict[int, float]] = {}
-    for k in settings.candidates():
+    for k in sorted(ks if measured_only else settings.candidates()):
         rows = [(choice.level, choice.prediction(k)) for choice in weighted]
-        if all(row is not None for _, row in rows):
+        if all(_scored(row, measured_only) for _, row in rows):
             per_k[k] = {
                 level: row.tok_s if row.meets_slo is not False else 0.0
                 for level, row in rows
@@ -304,16 +314,21 @@ def _single_k(choices: Sequence[LevelChoice], settings: LoadSettings) -> SingleK
     k = choose_k(totals, settings.tolerance)
     within = " within the SLO" if settings.tpot_slo_ms is not None else ""
     what = "speculation off" if k == 0 else f"k={k}"
+    measured = " measured" if measured_only else ""
     return SingleK(
         k=k,
         score_tok_s=totals[k],
         weights=weights,
         per_level_tok_s=per_k[k],
         sentence=(
-            f"{what} maximises {settings.objective} over the load mix "
+            f"{what} maximises{measured} {settings.objective} over the load mix "
             f"({settings.describe_mix()}): {totals[k]:.1f} tok/s weighted{within}"
         ),
     )
+
+
+def _scored(row: LevelPrediction | None, measured_only: bool) -> bool:
+    return row is not None and (row.measured_tok_s is not None or not measured_only)
 
 
 def _stops_paying_at(k_by_level: dict[int, int]) -> int | None:

@@ -11,6 +11,7 @@ sections, and an older file with fewer keys still renders. Layout::
      "decision": {"kind": "schedule", "k": 4, "schedule": [[1, 1, 4], ...], "sentence": ..,
                   "support": {...}},
      "verdict": ScheduleVerdict | null, "single_k": SingleK | null,
+     "measured_single_k": SingleK | null,
      "acceptance": {"moves": .., "finding": .., "moved": [...]},
      "step_cost": {"smooth": "t(B, x) = ..", "plain": "t0(B) = .."},
      "warnings": [...], "assumptions": [...]}
@@ -61,6 +62,11 @@ def load_section(
         },
         "verdict": None if verdict is None else verdict.model_dump(mode="json"),
         "single_k": None if result.single_k is None else result.single_k.model_dump(mode="json"),
+        "measured_single_k": (
+            None
+            if result.measured_single_k is None
+            else result.measured_single_k.model_dump(mode="json")
+        ),
         "acceptance": {
             "moves": check.moves,
             "finding": check.finding,

@@ -4,8 +4,9 @@ A schedule earns its place only if, at every level, it serves within ``MAX_LOSS`
 static k measured at that level. vllm#49548 is the shape this guards against: aggregate tok/s
 collapsing (232 → 24–157) once concurrency crosses a schedule's threshold, and the piecewise
 CUDA graphs a schedule forces costing −14 % single-stream. A refused schedule leaves the best
-single k over the load mix, and the verdict names the level and the loss. Either way the
-schedule is also compared with the fixed old concurrency-1 k, level by level.
+single k over the load mix (the best measured one: the model was just contradicted), and the
+verdict names the level and the loss. Either way the schedule is also compared with the fixed
+old concurrency-1 k, level by level.
 
 The verdict serializes into ``tune.json`` (``model_dump``) and into the tuned playbook:
 ``server.num_speculative_tokens`` (the schedule's largest k, or the single k),
@@ -82,13 +83,15 @@ def judge_schedule(
     *,
     old_k: int,
     fallback_k: int,
+    fallback_why: str = "best over the load mix",
     levels: Sequence[int] | None = None,
     max_loss: float = MAX_LOSS,
 ) -> ScheduleVerdict:
     """Compare the schedule's bench (``verify_runs``) with the static benches, level by level.
 
-    ``fallback_k`` is what a refusal keeps: the best single k over the load mix
-    (``LoadResult.single_k``). ``levels`` default to every level the static runs measured.
+    ``fallback_k`` is what a refusal keeps (``live_load.refusal_fallback``: the best single k
+    over the load mix), ``fallback_why`` the words for it. ``levels`` default to every level the
+    static runs measured.
     """
     if decision.kind != "schedule":
         raise TuneInputError(f"nothing to verify: {decision.sentence}", field="load")
@@ -117,7 +120,7 @@ def judge_schedule(
             k=fallback_k,
             schedule=None,
             sentence=f"schedule refused: not measured at c={', c='.join(map(str, unverified))}; "
-            f"kept {keep_words} (best over the load mix)",
+            f"kept {keep_words} ({fallback_why})",
             **common,
             **worst_fields,
         )
@@ -130,7 +133,7 @@ def judge_schedule(
             k=fallback_k,
             schedule=None,
             sentence=f"schedule refused: {worst.loss_sentence()} (limit {max_loss:.0%}); kept "
-            f"{keep_words} (best over the load mix){versus}",
+            f"{keep_words} ({fallback_why}){versus}",
             **common,
             **worst_fields,
         )

@@ -1,0 +1,106 @@
+"""``tune --load`` over what a real GPU measured: the q8b run on an H100 (vLLM 0.26.0,
+2026-12-05, ``benchmarks/results/gpu-h100-load-20261205``), replayed through the product's loop.
+
+The served schedule lost 17.8 % at c=32 (the vllm#49548 shape), so it was refused; what a refusal
+keeps must be a k that was served and measured, not the model's unlaunched pick (k=5 there)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import gpu_load_core as core  # noqa: E402
+
+from dflashops.tune.live_load import Served, refusal_fallback, run_load_tune  # noqa: E402
+from dflashops.tune.load_model import analyse_load  # noqa: E402
+from dflashops.tune.load_runs import LevelRun  # noqa: E402
+from dflashops.tune.load_settings import LoadSettings  # noqa: E402
+
+RESULT = REPO / "benchmarks/results/gpu-h100-load-20261205/gpu-load-q8b.json"
+LEVELS = (1, 2, 4, 8, 16, 32)
+
+
+@pytest.fixture(scope="module")
+def records() -> dict[str, Any]:
+    data = json.loads(RESULT.read_text(encoding="utf-8"))
+    assert "H100" in data["facts"]["nvidia_smi"] and data["facts"]["vllm"] == "0.26.0"
+    return dict(data["records"])
+
+
+def runs(records: dict[str, Any], *keys: str) -> list[LevelRun]:
+    return [run for key in keys for run in core.runs_of(records[key])]
+
+
+def test_the_model_picks_an_unlaunched_k_and_the_measured_choice_is_k7(
+    records: dict[str, Any],
+) -> None:
+    # the loop's four probes: the old k, speculation off, k=1, and the model's k*(4, 8)
+    result = analyse_load(runs(records, "k15", "k0", "k1", "k7"), LoadSettings(levels=LEVELS))
+    assert result.single_k is not None and result.single_k.k == 5
+    assert result.measured_single_k is not None and result.measured_single_k.k == 7
+    assert "maximises measured" in result.measured_single_k.sentence
+    # the measured mix score is the sum of k=7's measured tok/s (equal weights)
+    measured = {run.level: run.output_tok_s for run in runs(records, "k7")}
+    assert result.measured_single_k.per_level_tok_s == pytest.approx(measured)
+    k, why = refusal_fallback(result, current_k=15)
+    assert (k, why) == (7, "best measured over the load mix; the model's k=5 was not launched")
+
+
+class Replay:
+    """Serves from the records: a configuration the GPU never served fails the test."""
+
+    def __init__(self, records: dict[str, Any]) -> None:
+        self.records = records
+        self.launched: list[Served] = []
+
+    def launch(self, served: Served) -> None:
+        self.launched.append(served)
+
+    def measure(self, served: Served) -> list[LevelRun]:
+        key = core.served_key(served)
+        assert key in self.records, f"{key} was not measured on the H100"
+        return core.runs_of(self.records[key])
+
+
+def test_the_loop_refuses_the_schedule_at_c32_and_leaves_the_measured_k_serving(
+    records: dict[str, Any],
+) -> None:
+    replay = Replay(records)
+    said: list[str] = []
+    outcome = run_load_tune(
+        core.LoadBenchConfig(model="q8b").plan(),
+        replay.launch,
+        replay.measure,
+        said.append,
+        engine="vllm",
+        version="0.26.0",
+        max_num_seqs=64,
+    )
+    schedule = [[1, 1, 10], [2, 11, 8], [12, 23, 6], [24, 64, 4]]
+    assert replay.launched == [15, 0, 1, 7, schedule, 7]
+    # the proposal says how little the model expected from it (the schedule then cost 15 %)
+    assert outcome.decision.sentence.endswith(
+        "predicted +1.7% over the single k=5 across the load mix; to be verified against the "
+        "best static k at every level"
+    )
+    verdict = outcome.verdict
+    assert verdict is not None and not verdict.accepted and verdict.kept == "single_k"
+    assert verdict.worst_level == 32 and verdict.worst_loss == pytest.approx(0.178, abs=5e-4)
+    assert outcome.kept_k == 7 and outcome.kept_schedule is None
+    assert said[-1].startswith(
+        "schedule refused: at c=32 the schedule served 6098.3 tok/s, 17.8% below k=7's 7421.7 "
+        "tok/s measured at that level (limit 5%); kept the single k=7 (best measured over the "
+        "load mix; the model's k=5 was not launched)"
+    )
+    # the schedule's own cost at the same k: c=32 ran k=4, which the static sweep measured
+    at_32 = next(v for v in verdict.levels if v.level == 32)
+    static_k4 = next(run for run in runs(records, "k4") if run.level == 32)
+    assert at_32.schedule_k == 4
+    assert at_32.schedule_tok_s / static_k4.output_tok_s == pytest.approx(0.847, abs=5e-4)
