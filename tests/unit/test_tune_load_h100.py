@@ -104,3 +104,23 @@ def test_the_loop_refuses_the_schedule_at_c32_and_leaves_the_measured_k_serving(
     static_k4 = next(run for run in runs(records, "k4") if run.level == 32)
     assert at_32.schedule_k == 4
     assert at_32.schedule_tok_s / static_k4.output_tok_s == pytest.approx(0.847, abs=5e-4)
+
+
+def test_the_model_from_the_four_probes_predicts_the_held_out_k_within_13_percent(
+    records: dict[str, Any],
+) -> None:
+    """k=4 and k=8 were benched after the loop, never shown to the model: its predictions for
+    them, 12 (level, k) cells of a real GPU, are what every unlaunched k in a schedule rests on."""
+    result = analyse_load(runs(records, "k15", "k0", "k1", "k7"), LoadSettings(levels=LEVELS))
+    errors = []
+    for key, k in (("k4", 4), ("k8", 8)):
+        for run in runs(records, key):
+            row = result.choice(run.level).prediction(k)
+            assert row is not None and row.measured_tok_s is None and row.predicted_tok_s
+            errors.append(row.predicted_tok_s / run.output_tok_s - 1.0)
+    assert len(errors) == 12
+    # measured: mean |error| 4.4 %, worst +12.8 % (k=8 at c=4); 10 of 12 above the measurement,
+    # so the model flatters the k it never saw (a refusal keeps a measured k for that reason)
+    assert max(abs(e) for e in errors) < 0.13
+    assert sum(abs(e) for e in errors) / len(errors) < 0.05
+    assert sum(e > 0 for e in errors) == 10
