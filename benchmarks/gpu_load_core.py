@@ -501,10 +501,15 @@ def summary_text(result: Record, title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def card_name(facts: dict[str, Any]) -> str | None:
+    """The card the facts name: the first field of nvidia-smi's CSV row (its line 2)."""
+    lines = str(facts.get("nvidia_smi", "")).splitlines()
+    name = lines[1].split(",")[0].strip() if len(lines) > 1 else ""
+    return name or None
+
+
 def _gpu(result: Record) -> str:
-    """The card the facts name (nvidia-smi's second line), else the plan's H200."""
-    lines = str(result.get("facts", {}).get("nvidia_smi", "")).splitlines()
-    return lines[1].split(",")[0].strip() if len(lines) > 1 else "the H200"
+    return card_name(result.get("facts", {})) or "the H200"
 
 
 def static_table(crit: dict[str, Any]) -> list[str]:

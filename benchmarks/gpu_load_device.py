@@ -159,9 +159,9 @@ def recv(folder: Path, *, first: bool) -> None:
 def gpu_name() -> str:
     """nvidia-smi's name of the card (the bench's roofline knows it): a call may land on an
     H100 where H200 was asked for (2026-12-05's did), so the report must not say H200 blindly."""
-    lines = str(facts().get("nvidia_smi", "")).splitlines()
-    name = lines[1].split(",")[0].strip() if len(lines) > 1 else ""
-    return name or "H200"
+    import gpu_load_core as core  # after import_paths: it imports dflashops
+
+    return core.card_name(facts()) or "H200"
 
 
 def facts(*, refresh: bool = False) -> dict[str, Any]:
