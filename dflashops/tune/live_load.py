@@ -38,7 +38,7 @@ from dflashops.tune.load_runs import LevelRun, level_runs_from_report
 from dflashops.tune.load_schedule import ScheduleDecision, decide
 from dflashops.tune.load_section import load_section
 from dflashops.tune.load_settings import LoadSettings
-from dflashops.tune.load_verdict import ScheduleVerdict, judge_schedule
+from dflashops.tune.load_verdict import ScheduleVerdict, judge_schedule, refusal_fallback
 from dflashops.tune.probes import ProbeBench
 from dflashops.tune.request import LiveTuneRequest
 from dflashops.tune.schedule import schedule_support
@@ -129,23 +129,6 @@ def run_load_tune(
     )
     tell(outcome.verdict.sentence)
     return _serve_kept(outcome, launch_step, plan.current_k, schedule)
-
-
-def refusal_fallback(result: LoadResult, current_k: int) -> tuple[int, str]:
-    """What a refused schedule keeps, and why: the single k that served the load mix best as
-    measured. The model predicted the schedule and the verification just contradicted it, so its
-    unlaunched single k is not trusted over a measured one (on an H100, q8b: the model's k=5 was
-    never served; k=7 was, and led at c=4, 16 and 32). Without measured k at every level, the
-    model's single k; without that, the k served before."""
-    measured, predicted = result.measured_single_k, result.single_k
-    if measured is not None:
-        why = "best measured over the load mix"
-        if predicted is not None and predicted.k != measured.k:
-            why += f"; the model's k={predicted.k} was not launched"
-        return measured.k, why
-    if predicted is not None:
-        return predicted.k, "best over the load mix, predicted"
-    return current_k, "served before: no k scored at every level"
 
 
 def _serve_kept(

@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dflashops.errors import TuneInputError
+from dflashops.tune.load_model import LoadResult
 from dflashops.tune.load_runs import LevelRun, mean_tok_s
 from dflashops.tune.load_schedule import ScheduleDecision
 
@@ -76,6 +77,23 @@ class ScheduleVerdict(BaseModel):
         return f"# tune --load {when}: {self.sentence}"
 
 
+def refusal_fallback(result: LoadResult, current_k: int) -> tuple[int, str]:
+    """What a refused schedule keeps, and why: the single k that served the load mix best as
+    measured. The model predicted the schedule and the verification just contradicted it, so its
+    unlaunched single k is not trusted over a measured one (on an H100, q8b: the model's k=5 was
+    never served; k=7 was, and led at c=4, 16 and 32). Without measured k at every level, the
+    model's single k; without that, the k served before."""
+    measured, predicted = result.measured_single_k, result.single_k
+    if measured is not None:
+        why = "best measured over the load mix"
+        if predicted is not None and predicted.k != measured.k:
+            why += f"; the model's k={predicted.k} was not launched"
+        return measured.k, why
+    if predicted is not None:
+        return predicted.k, "best over the load mix, predicted"
+    return current_k, "served before: no k scored at every level"
+
+
 def judge_schedule(
     decision: ScheduleDecision,
     static_runs: Sequence[LevelRun],
@@ -89,7 +107,7 @@ def judge_schedule(
 ) -> ScheduleVerdict:
     """Compare the schedule's bench (``verify_runs``) with the static benches, level by level.
 
-    ``fallback_k`` is what a refusal keeps (``live_load.refusal_fallback``: the best single k
+    ``fallback_k`` is what a refusal keeps (``refusal_fallback``: the best single k
     over the load mix), ``fallback_why`` the words for it. ``levels`` default to every level the
     static runs measured.
     """

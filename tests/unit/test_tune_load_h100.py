@@ -18,10 +18,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import gpu_load_core as core  # noqa: E402
 
-from dflashops.tune.live_load import Served, refusal_fallback, run_load_tune  # noqa: E402
+from dflashops.tune.live_load import Served, run_load_tune  # noqa: E402
 from dflashops.tune.load_model import analyse_load  # noqa: E402
 from dflashops.tune.load_runs import LevelRun  # noqa: E402
 from dflashops.tune.load_settings import LoadSettings  # noqa: E402
+from dflashops.tune.load_verdict import refusal_fallback  # noqa: E402
 
 RESULT = REPO / "benchmarks/results/gpu-h100-load-20261205/gpu-load-q8b.json"
 LEVELS = (1, 2, 4, 8, 16, 32)
