@@ -36,6 +36,9 @@ class LevelRun(BaseModel):
     k: int = Field(ge=0, le=K_LIMIT, description="num_speculative_tokens; 0: speculation off")
     output_tok_s: float = Field(gt=0, description="aggregate output tokens/s at this level")
     median_tpot_ms: float | None = Field(default=None, gt=0)
+    median_ttft_ms: float | None = Field(
+        default=None, gt=0, description="where a schedule's loss hides when TPOT barely moves"
+    )
     running_batch: float | None = Field(
         default=None, gt=0, description="mean sequences per engine step; absent: the level"
     )
@@ -139,6 +142,7 @@ def level_runs_from_report(
                     k=k,
                     output_tok_s=level.output_throughput,
                     median_tpot_ms=level.median_tpot_ms or None,
+                    median_ttft_ms=level.median_ttft_ms or None,
                     running_batch=(running_batch or {}).get(level.max_concurrency),
                     acceptance=tuple(positions[:k]) if positions else None,
                     acceptance_length=level.spec_decode_acceptance_length if k else None,

@@ -43,6 +43,11 @@ class LevelVerdict(BaseModel):
     loss: float
     old_k_tok_s: float | None
     vs_old: float | None
+    # the same level's median latencies, schedule against the best static k (None: not measured)
+    schedule_ttft_ms: float | None = None
+    best_static_ttft_ms: float | None = None
+    schedule_tpot_ms: float | None = None
+    best_static_tpot_ms: float | None = None
 
     def loss_sentence(self) -> str:
         return (
@@ -50,6 +55,21 @@ class LevelVerdict(BaseModel):
             f"{self.loss:.1%} below k={self.best_static_k}'s {self.best_static_tok_s:.1f} tok/s "
             "measured at that level"
         )
+
+    def latencies(self) -> str:
+        """Where the loss sits, for the operator to see: at c >= 4 on the two GPUs measured
+        (RESULTS.md, issue 34) the schedule's median TTFT was 20-114 % above the best static
+        k's and its median TPOT 3-20 %; a request's time split about evenly between the two
+        (q27, c=8) or went mostly to TPOT (q8b, c=32), so both are named."""
+        parts = [
+            f"{name} {ours:.{digits}f} against {theirs:.{digits}f} ms"
+            for name, ours, theirs, digits in (
+                ("TTFT", self.schedule_ttft_ms, self.best_static_ttft_ms, 1),
+                ("TPOT", self.schedule_tpot_ms, self.best_static_tpot_ms, 2),
+            )
+            if ours is not None and theirs is not None
+        ]
+        return f"median {', '.join(parts)}" if parts else ""
 
 
 class ScheduleVerdict(BaseModel):
@@ -145,12 +165,13 @@ def judge_schedule(
     assert worst is not None
     versus = _versus_old(verdicts, old_k)
     if worst.loss > max_loss:
+        limit = "; ".join(filter(None, (f"limit {max_loss:.0%}", worst.latencies())))
         return ScheduleVerdict(
             accepted=False,
             kept=kept_single,
             k=fallback_k,
             schedule=None,
-            sentence=f"schedule refused: {worst.loss_sentence()} (limit {max_loss:.0%}); kept "
+            sentence=f"schedule refused: {worst.loss_sentence()} ({limit}); kept "
             f"{keep_words} ({fallback_why}){versus}",
             **common,
             **worst_fields,
@@ -189,6 +210,7 @@ def _level(
     # the highest measured; a tie goes to the smaller k, as every choice in the tuner does
     best_k = min(static, key=lambda k: (-static[k], k))
     old = static.get(old_k)
+    best_runs = [run for run in static_runs if run.level == level and run.k == best_k]
     return LevelVerdict(
         level=level,
         schedule_k=decision.schedule.k_at(batch),
@@ -198,7 +220,22 @@ def _level(
         loss=1.0 - measured / static[best_k],
         old_k_tok_s=old,
         vs_old=None if old is None else measured / old - 1.0,
+        schedule_ttft_ms=_mean_of(verify, "median_ttft_ms"),
+        best_static_ttft_ms=_mean_of(best_runs, "median_ttft_ms"),
+        schedule_tpot_ms=_mean_of(verify, "median_tpot_ms"),
+        best_static_tpot_ms=_mean_of(best_runs, "median_tpot_ms"),
     )
+
+
+def _mean_of(
+    runs: Sequence[LevelRun], field: Literal["median_ttft_ms", "median_tpot_ms"]
+) -> float | None:
+    """The runs' mean of one latency, None unless every run measured it."""
+    values: list[float | None] = [getattr(run, field) for run in runs]
+    measured = [value for value in values if value is not None]
+    if not values or len(measured) < len(values):
+        return None
+    return sum(measured) / len(measured)
 
 
 def _versus_old(verdicts: Sequence[LevelVerdict], old_k: int) -> str:

@@ -153,6 +153,28 @@ def test_the_vllm_49548_shape_is_refused_naming_the_level_and_the_loss() -> None
     assert "\n" not in comment
 
 
+def test_a_refusal_names_the_latencies_both_sides_measured_at_the_losing_level() -> None:
+    decision, runs, fallback = scheduled()
+    # the static runs measured TTFT only; the schedule's bench measured both
+    static = [
+        run.model_copy(update={"median_ttft_ms": 40.0 + run.k, "median_tpot_ms": None})
+        for run in runs
+    ]
+    verify = [
+        run.model_copy(update={"median_ttft_ms": 75.0, "median_tpot_ms": 6.25})
+        for run in verify_bench(decision, {8: 0.30})
+    ]
+    verdict = judge_schedule(decision, static, verify, old_k=OLD_K, fallback_k=fallback)
+    c8 = next(v for v in verdict.levels if v.level == 8)
+    assert (c8.schedule_ttft_ms, c8.best_static_ttft_ms) == (75.0, 41.0)
+    assert (c8.schedule_tpot_ms, c8.best_static_tpot_ms) == (6.25, None)
+    # TPOT is left out rather than compared with nothing
+    assert "measured at that level (limit 5%; median TTFT 75.0 against 41.0 ms); kept" in (
+        verdict.sentence
+    )
+    assert c8.model_dump()["best_static_ttft_ms"] == 41.0
+
+
 def test_a_loss_just_past_the_limit_refuses() -> None:
     decision, runs, fallback = scheduled()
     loss = MAX_LOSS + 0.001
