@@ -35,60 +35,10 @@ from dflashops.tune.load_acceptance import (
 )
 from dflashops.tune.load_cost import LevelCost, LoadCostModel, fit_load_costs
 from dflashops.tune.load_runs import LevelRun, by_level, mean_tok_s
+from dflashops.tune.load_scores import LevelChoice, LevelPrediction, SingleK, single_k
 from dflashops.tune.load_settings import LoadSettings
 from dflashops.tune.model import choose_k
 from dflashops.tune.stepcost import LINEAR_TOLERANCE
-
-
-class LevelPrediction(BaseModel):
-    """One k at one level: the model's numbers and what was measured."""
-
-    model_config = ConfigDict(frozen=True)
-
-    k: int
-    tokens_per_step: float
-    drafted_tokens: float
-    step_time_s: float | None
-    predicted_tok_s: float | None
-    measured_tok_s: float | None
-    tok_s: float = Field(description="what the choice uses: measured, else predicted")
-    tpot_ms: float | None = Field(description="measured median TPOT, else predicted")
-    meets_slo: bool | None = Field(description="None without an SLO")
-    acceptance_extrapolated: bool = False
-    cost_extrapolated: bool = False
-
-
-class LevelChoice(BaseModel):
-    """One level: its predictions and its k*."""
-
-    model_config = ConfigDict(frozen=True)
-
-    level: int
-    batch: float
-    best_k: int
-    best_tok_s: float
-    best_measured_k: int | None
-    predictions: tuple[LevelPrediction, ...]
-    acceptance: AcceptanceCurve | None
-    acceptance_source: str
-    cost: LevelCost
-    tpot_ratio: float = Field(description="ρ: measured median TPOT over 1000·B/T")
-    notes: tuple[str, ...] = ()
-
-    def prediction(self, k: int) -> LevelPrediction | None:
-        return next((row for row in self.predictions if row.k == k), None)
-
-
-class SingleK(BaseModel):
-    """The one k that serves the load mix best."""
-
-    model_config = ConfigDict(frozen=True)
-
-    k: int
-    score_tok_s: float
-    weights: dict[int, float]
-    per_level_tok_s: dict[int, float]
-    sentence: str
 
 
 class LoadResult(BaseModel):
@@ -154,8 +104,8 @@ def analyse_load(runs: Sequence[LevelRun], settings: LoadSettings) -> LoadResult
         k_by_level=k_by_level,
         acceptance_check=check,
         costs=costs,
-        single_k=_single_k(choices, settings),
-        measured_single_k=_single_k(choices, settings, measured_only=True),
+        single_k=single_k(choices, settings),
+        measured_single_k=single_k(choices, settings, measured_only=True),
         stops_paying_at=_stops_paying_at(k_by_level),
         warnings=tuple(_warnings(choices, check, costs, settings)),
         assumptions=_assumptions(costs, settings),
@@ -289,46 +239,6 @@ def _tpot_ratio(runs: Sequence[LevelRun]) -> float:
         if run.median_tpot_ms is not None
     ]
     return sum(ratios) / len(ratios) if ratios else 1.0
-
-
-def _single_k(
-    choices: Sequence[LevelChoice], settings: LoadSettings, *, measured_only: bool = False
-) -> SingleK | None:
-    """The k that maximises the mix's weighted score, among k scored at every weighted level
-    (``measured_only``: measured there, not predicted)."""
-    weights = settings.weights()
-    weighted = [choice for choice in choices if weights[choice.level] > 0]
-    ks = {row.k for choice in weighted for row in choice.predictions}
-    per_k: dict[int, dict[int, float]] = {}
-    for k in sorted(ks if measured_only else settings.candidates()):
-        rows = [(choice.level, choice.prediction(k)) for choice in weighted]
-        if all(_scored(row, measured_only) for _, row in rows):
-            per_k[k] = {
-                level: row.tok_s if row.meets_slo is not False else 0.0
-                for level, row in rows
-                if row is not None
-            }
-    if not per_k:
-        return None
-    totals = {k: sum(weights[level] * tok for level, tok in by.items()) for k, by in per_k.items()}
-    k = choose_k(totals, settings.tolerance)
-    within = " within the SLO" if settings.tpot_slo_ms is not None else ""
-    what = "speculation off" if k == 0 else f"k={k}"
-    measured = " measured" if measured_only else ""
-    return SingleK(
-        k=k,
-        score_tok_s=totals[k],
-        weights=weights,
-        per_level_tok_s=per_k[k],
-        sentence=(
-            f"{what} maximises{measured} {settings.objective} over the load mix "
-            f"({settings.describe_mix()}): {totals[k]:.1f} tok/s weighted{within}"
-        ),
-    )
-
-
-def _scored(row: LevelPrediction | None, measured_only: bool) -> bool:
-    return row is not None and (row.measured_tok_s is not None or not measured_only)
 
 
 def _stops_paying_at(k_by_level: dict[int, int]) -> int | None:

@@ -19,7 +19,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dflashops.errors import TuneInputError
-from dflashops.tune.load_model import LevelChoice, LoadResult
+from dflashops.tune.load_model import LoadResult
+from dflashops.tune.load_scores import mix_scores, objective_score, weighted_total
 from dflashops.tune.model import choose_k
 from dflashops.tune.schedule import (
     Preference,
@@ -77,7 +78,7 @@ def score_preference(result: LoadResult) -> Preference:
         k_low, k_high = below.best_k, above.best_k
         scores: dict[int, float] = {}
         for k in (k_low, k_high):
-            ends = [_score(below, k), _score(above, k)]
+            ends = [objective_score(below, k), objective_score(above, k)]
             if ends[0] is None or ends[1] is None:
                 return batch * batch > low * high  # no line to draw: the geometric midpoint
             share = (batch - low) / (high - low)
@@ -151,19 +152,9 @@ def predicted_gain(result: LoadResult, schedule: SpeculativeSchedule) -> float |
     if single is None or single.score_tok_s <= 0:
         return None
     weights = result.settings.weights()
-    total = 0.0
-    for choice in result.levels:
-        if weights[choice.level] <= 0:
-            continue
-        score = _score(choice, schedule.k_at(max(1, round(choice.batch))))
-        if score is None:
-            return None
-        total += weights[choice.level] * score
-    return total / single.score_tok_s - 1.0
-
-
-def _score(choice: LevelChoice, k: int) -> float | None:
-    row = choice.prediction(k)
-    if row is None:
+    scores = mix_scores(
+        result.levels, weights, lambda choice: schedule.k_at(max(1, round(choice.batch)))
+    )
+    if scores is None:
         return None
-    return 0.0 if row.meets_slo is False else row.tok_s
+    return weighted_total(scores, weights) / single.score_tok_s - 1.0
