@@ -22,6 +22,7 @@ from dflashops.bench.progress import Progress, as_progress
 from dflashops.bench.server_api import ServerInfo, fetch_server_info, make_client
 from dflashops.bench.server_log import ServerLog
 from dflashops.bench.settings import BenchSettings
+from dflashops.bench.sglang_info import ServedSpeculation
 from dflashops.bench.stopped import BenchInterrupted, LevelStopped
 from dflashops.errors import BenchmarkError
 from dflashops.progress import Say
@@ -147,15 +148,23 @@ def _resolve(
     config: ResolvedConfig, endpoint: Endpoint, info: ServerInfo
 ) -> tuple[ResolvedConfig, list[str]]:
     """Fill what the server told us into what the caller did not already know; the running
-    engine's own version wins over the deployment's, with a warning when they differ."""
+    engine's own version, and the speculation SGLang reports, win over what the deployment or
+    the command line claimed, with a warning when they differ (a pushed config that did not
+    arrive)."""
     known = config.model_dump()
+    served = info.speculation
     found = {
         "url": endpoint.root(),
         "served_model_name": info.model,
         "max_model_len": info.max_model_len,
+        "engine": info.engine,
         "engine_version": info.version,
+        "method": served.method if served else None,
+        "num_speculative_tokens": served.k if served else None,
     }
-    update = {k: v for k, v in found.items() if known.get(k) is None and v is not None}
+    update: dict[str, object] = {
+        k: v for k, v in found.items() if known.get(k) is None and v is not None
+    }
     warnings = []
     claimed = config.engine_version
     if claimed and info.version and _release(claimed) != _release(info.version):
@@ -163,10 +172,24 @@ def _resolve(
             f"the server reports engine version {info.version}, the deployment says {claimed}"
         )
         update["engine_version"] = info.version
+    if served is not None and config.method is not None and _differs(config, served):
+        said = ServedSpeculation(config.method, config.num_speculative_tokens).describe()
+        warnings.append(
+            f"the server reports it speculates with {served.describe()}, the run was told "
+            f"{said}: the report records the server's"
+        )
+        update |= {"method": served.method, "num_speculative_tokens": served.k}
     sources = dict(config.resolved_from)
     for key in update:
         sources[key] = "server"
     return config.model_copy(update={**update, "resolved_from": sources}), warnings
+
+
+def _differs(config: ResolvedConfig, served: ServedSpeculation) -> bool:
+    if config.method != served.method:
+        return True
+    told = config.num_speculative_tokens
+    return served.method != "none" and None not in (told, served.k) and told != served.k
 
 
 def _release(version: str) -> str:

@@ -18,6 +18,12 @@ from dflashops.bench.endpoint import (
     error_body_text,
     one_line,
 )
+from dflashops.bench.sglang_info import (
+    SERVER_INFO_PATHS,
+    ServedSpeculation,
+    SglangInfo,
+    parse_server_info,
+)
 from dflashops.bench.stopped import ServerStopped
 from dflashops.errors import BenchmarkError
 
@@ -27,12 +33,15 @@ PROBE_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """What ``/v1/models`` and ``/version`` tell about the server."""
+    """What ``/v1/models`` and ``/version`` (SGLang: ``/server_info``) tell about the server."""
 
     model: str
     models: tuple[str, ...]
     max_model_len: int | None
     version: str | None
+    # only SGLang names itself and says what it speculates; vLLM's /version tells neither
+    engine: str | None = None
+    speculation: ServedSpeculation | None = None
 
 
 def make_client(endpoint: Endpoint, concurrency: int) -> httpx.AsyncClient:
@@ -71,19 +80,37 @@ async def fetch_server_info(client: httpx.AsyncClient, endpoint: Endpoint) -> Se
         )
     entry = entries[ids.index(model)]
     length = entry.get("max_model_len")
-    version = None
-    try:
-        reply = await client.get(endpoint.url("/version"))
-        if reply.status_code == 200 and reply.json().get("version"):
-            version = str(reply.json()["version"])
-    except (httpx.HTTPError, ValueError, AttributeError):
-        version = None  # SGLang and older servers have no /version: not fatal
+    version = _version(await _get_json(client, endpoint, "/version"))
+    sglang = None if version else await _sglang(client, endpoint)
     return ServerInfo(
         model=model,
         models=ids,
         max_model_len=length if isinstance(length, int) else None,
-        version=version,
+        version=sglang.version if sglang else version,
+        engine="sglang" if sglang else None,
+        speculation=sglang.speculation if sglang else None,
     )
+
+
+async def _sglang(client: httpx.AsyncClient, endpoint: Endpoint) -> SglangInfo | None:
+    for path in SERVER_INFO_PATHS:
+        if (found := parse_server_info(await _get_json(client, endpoint, path))) is not None:
+            return found
+    return None
+
+
+async def _get_json(client: httpx.AsyncClient, endpoint: Endpoint, path: str) -> object:
+    """The JSON of a 200 reply, else None: servers without the path are not an error."""
+    try:
+        reply = await client.get(endpoint.url(path))
+        return reply.json() if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _version(reply: object) -> str | None:
+    found = reply.get("version") if isinstance(reply, dict) else None
+    return str(found) if found else None
 
 
 async def scrape_metrics(client: httpx.AsyncClient, endpoint: Endpoint) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflashops.errors import PlaybookError
+from dflashops.playbook.engine_methods import SGLANG_ALGORITHMS
 from dflashops.playbook.models import Playbook
 
 VLLM_MODULE = "vllm.entrypoints.cli.main"
@@ -33,15 +34,6 @@ SGLANG_METRICS_FLAG = "--enable-metrics"
 # sglang.srt.utils.common.is_cpu() is False and the CPU backends are never picked (0.5.16)
 SGLANG_CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 SGLANG_DRAFTER_FLAG = "--speculative-draft-model-path"
-# SGLang's speculative algorithm per playbook method (NEXTN is SGLang's MTP name, EAGLE inside)
-SGLANG_ALGORITHMS = {
-    "dflash": "DFLASH",
-    "dspark": "DSPARK",
-    "mtp": "NEXTN",
-    "eagle3": "EAGLE3",
-    "eagle": "EAGLE",
-    "ngram": "NGRAM",
-}
 
 
 @dataclass(frozen=True)

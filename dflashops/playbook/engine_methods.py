@@ -108,6 +108,27 @@ SGLANG_METHODS: dict[str, tuple[Span, ...]] = {
 }
 METHODS: dict[str, dict[str, tuple[Span, ...]]] = {"vllm": VLLM_METHODS, "sglang": SGLANG_METHODS}
 ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang"}
+# SGLang's --speculative-algorithm per playbook method (NEXTN is SGLang's MTP name)
+SGLANG_ALGORITHMS = {
+    "dflash": "DFLASH",
+    "dspark": "DSPARK",
+    "mtp": "NEXTN",
+    "eagle3": "EAGLE3",
+    "eagle": "EAGLE",
+    "ngram": "NGRAM",
+}
+# read back from a running server; STANDALONE (a draft model) is not one dflashops renders
+_SGLANG_READ = {algorithm: method for method, algorithm in SGLANG_ALGORITHMS.items()} | {
+    "STANDALONE": "draft_model"
+}
+
+
+def sglang_method(algorithm: str | None) -> str:
+    """The playbook method of an SGLang ``speculative_algorithm`` (None: ``none``); one dflashops
+    does not know keeps SGLang's name, lower-cased."""
+    if algorithm is None or algorithm.upper() == "NONE":
+        return "none"
+    return _SGLANG_READ.get(algorithm.upper(), algorithm.lower())
 
 
 def release_of(version: str) -> Release:

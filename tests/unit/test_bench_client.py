@@ -49,6 +49,8 @@ class FakeOpenAIServer:
         max_model_len: int | None = 512,
         metrics: bool = True,
         model: str = "tiny",
+        server_info: dict[str, Any] | None = None,
+        server_info_path: str = "/server_info",
     ) -> None:
         self.tokens_per_chunk = tokens_per_chunk
         self.natural_tokens = natural_tokens
@@ -57,6 +59,9 @@ class FakeOpenAIServer:
         self.max_model_len = max_model_len
         self.metrics = metrics
         self.model = model
+        # SGLang's reply (it has no /version): given, /version answers 404
+        self.server_info = server_info
+        self.server_info_path = server_info_path
         self.payloads: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.in_flight = 0
@@ -144,8 +149,10 @@ class FakeOpenAIServer:
                     if server.max_model_len is not None:
                         entry["max_model_len"] = server.max_model_len
                     self._json(200, {"object": "list", "data": [entry]})
-                elif self.path == "/version" and server.metrics:
+                elif self.path == "/version" and server.metrics and not server.server_info:
                     self._json(200, {"version": "0.32.0"})
+                elif self.path == server.server_info_path and server.server_info:
+                    self._json(200, server.server_info)
                 elif self.path == "/metrics" and server.metrics:
                     data = server.metrics_text().encode()
                     self.send_response(200)
