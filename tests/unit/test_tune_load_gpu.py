@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,34 +84,6 @@ class Replay:
         return core.runs_of(self.records[key])
 
 
-def test_the_loop_refuses_the_schedule_at_c32_and_leaves_the_measured_k_serving(
-    records: dict[str, Any],
-) -> None:
-    replay, said, outcome = replay_loop(records, "q8b")
-    schedule = [[1, 1, 10], [2, 11, 8], [12, 23, 6], [24, 64, 4]]
-    assert replay.launched == [15, 0, 1, 7, schedule, 7]
-    # the proposal says how little the model expected from it (the schedule then cost 15 %)
-    assert outcome.decision.sentence.endswith(
-        "predicted +1.7% over the single k=5 across the load mix; to be verified against the "
-        "best static k at every level"
-    )
-    verdict = outcome.verdict
-    assert verdict is not None and not verdict.accepted and verdict.kept == "single_k"
-    assert verdict.worst_level == 32 and verdict.worst_loss == pytest.approx(0.178, abs=5e-4)
-    assert outcome.kept_k == 7 and outcome.kept_schedule is None
-    assert said[-1].startswith(
-        "schedule refused: at c=32 the schedule served 6098.3 tok/s, 17.8% below k=7's 7421.7 "
-        "tok/s measured at that level (limit 5%; median TTFT 216.9 against 115.8 ms, TPOT 4.19 "
-        "against 3.50 ms); kept the single k=7 (best measured over the load mix; the model's k=5 "
-        "was not launched)"
-    )
-    # the schedule's own cost at the same k: c=32 ran k=4, which the static sweep measured
-    at_32 = next(v for v in verdict.levels if v.level == 32)
-    static_k4 = next(run for run in runs(records, "k4") if run.level == 32)
-    assert at_32.schedule_k == 4
-    assert at_32.schedule_tok_s / static_k4.output_tok_s == pytest.approx(0.847, abs=5e-4)
-
-
 def test_the_model_from_the_four_probes_predicts_the_held_out_k_within_13_percent(
     records: dict[str, Any],
 ) -> None:
@@ -146,23 +119,94 @@ def replay_loop(records: dict[str, Any], model: str) -> tuple[Replay, list[str],
     return replay, said, outcome
 
 
-def test_on_the_h200_the_27b_schedule_is_refused_at_c8_and_k5_keeps_serving(
+@dataclass(frozen=True)
+class Refusal:
+    """What one GPU run's replay must show."""
+
+    model: str
+    launched: list[Any]
+    predicted: str
+    worst_level: int
+    loss: float
+    kept_k: int
+    sentence: str
+
+
+REFUSALS = {
+    "H100": Refusal(
+        model="q8b",
+        launched=[15, 0, 1, 7, [[1, 1, 10], [2, 11, 8], [12, 23, 6], [24, 64, 4]], 7],
+        predicted="predicted +1.7% over the single k=5 across the load mix",
+        worst_level=32,
+        loss=0.178,
+        kept_k=7,
+        sentence="schedule refused: at c=32 the schedule served 6098.3 tok/s, 17.8% below k=7's "
+        "7421.7 tok/s measured at that level (limit 5%; median TTFT 216.9 against 115.8 ms, TPOT "
+        "4.19 against 3.50 ms); kept the single k=7 (best measured over the load mix; the model's "
+        "k=5 was not launched)",
+    ),
+    "H200": Refusal(
+        model="q27",
+        launched=[
+            15,
+            0,
+            1,
+            5,
+            [[1, 1, 8], [2, 3, 9], [4, 4, 7], [5, 15, 6], [16, 23, 4], [24, 64, 3]],
+            5,
+        ],
+        predicted="predicted +2.4% over the single k=4 across the load mix",
+        worst_level=8,
+        loss=0.075,
+        kept_k=5,
+        sentence="schedule refused: at c=8 the schedule served 1155.1 tok/s, 7.5% below k=5's "
+        "1248.6 tok/s measured at that level (limit 5%; median TTFT 85.1 against 56.8 ms, TPOT "
+        "5.76 against 5.57 ms); kept the single k=5 (best measured over the load mix; the model's "
+        "k=4 was not launched)",
+    ),
+}
+
+
+def gpu_records(gpu: str, records: dict[str, Any], records_h200: dict[str, Any]) -> dict[str, Any]:
+    return records if gpu == "H100" else records_h200
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_the_loop_refuses_the_schedule_and_leaves_a_measured_k_serving(
+    gpu: str, records: dict[str, Any], records_h200: dict[str, Any]
+) -> None:
+    want = REFUSALS[gpu]
+    replay, said, outcome = replay_loop(gpu_records(gpu, records, records_h200), want.model)
+    assert replay.launched == want.launched
+    # the proposal says how little the model expected from it
+    assert outcome.decision.sentence.endswith(
+        f"{want.predicted}; to be verified against the best static k at every level"
+    )
+    verdict = outcome.verdict
+    assert verdict is not None and not verdict.accepted and verdict.kept == "single_k"
+    assert verdict.worst_level == want.worst_level
+    assert verdict.worst_loss == pytest.approx(want.loss, abs=5e-4)
+    assert outcome.kept_k == want.kept_k and outcome.kept_schedule is None
+    assert said[-1].startswith(want.sentence)
+
+
+def test_on_the_h100_the_schedule_cost_15_percent_against_the_same_k(
+    records: dict[str, Any],
+) -> None:
+    verdict = replay_loop(records, "q8b")[2].verdict
+    assert verdict is not None
+    # the schedule's own cost at the same k: c=32 ran k=4, which the static sweep measured
+    at_32 = next(v for v in verdict.levels if v.level == 32)
+    static_k4 = next(run for run in runs(records, "k4") if run.level == 32)
+    assert at_32.schedule_k == 4
+    assert at_32.schedule_tok_s / static_k4.output_tok_s == pytest.approx(0.847, abs=5e-4)
+
+
+def test_on_the_h200_the_27b_schedule_lost_at_every_level_from_c4(
     records_h200: dict[str, Any],
 ) -> None:
-    replay, said, outcome = replay_loop(records_h200, "q27")
-    schedule = [[1, 1, 8], [2, 3, 9], [4, 4, 7], [5, 15, 6], [16, 23, 4], [24, 64, 3]]
-    assert replay.launched == [15, 0, 1, 5, schedule, 5]
-    assert "predicted +2.4% over the single k=4 across the load mix" in outcome.decision.sentence
-    verdict = outcome.verdict
-    assert verdict is not None and not verdict.accepted
-    assert verdict.worst_level == 8 and verdict.worst_loss == pytest.approx(0.075, abs=5e-4)
-    assert outcome.kept_k == 5 and outcome.kept_schedule is None
-    assert said[-1].startswith(
-        "schedule refused: at c=8 the schedule served 1155.1 tok/s, 7.5% below k=5's 1248.6 "
-        "tok/s measured at that level (limit 5%; median TTFT 85.1 against 56.8 ms, TPOT 5.76 "
-        "against 5.57 ms); kept the single k=5 (best measured over the load mix; the model's k=4 "
-        "was not launched)"
-    )
+    verdict = replay_loop(records_h200, "q27")[2].verdict
+    assert verdict is not None
     # not one unlucky level: below the best static k at every level from c=4 on
     ratios = {v.level: round(v.schedule_tok_s / v.best_static_tok_s, 3) for v in verdict.levels}
     assert ratios == {1: 0.999, 2: 0.975, 4: 0.950, 8: 0.925, 16: 0.932, 32: 0.942}
@@ -173,8 +217,7 @@ def test_the_schedule_paid_in_first_tokens_and_in_every_token_at_c4_and_above(
     gpu: str, records: dict[str, Any], records_h200: dict[str, Any]
 ) -> None:
     """What the refusal names besides tok/s: both latencies, schedule against the best static k."""
-    measured, model = (records, "q8b") if gpu == "H100" else (records_h200, "q27")
-    verdict = replay_loop(measured, model)[2].verdict
+    verdict = replay_loop(gpu_records(gpu, records, records_h200), REFUSALS[gpu].model)[2].verdict
     assert verdict is not None
     for level in (v for v in verdict.levels if v.level >= 4):
         assert level.schedule_ttft_ms and level.best_static_ttft_ms
