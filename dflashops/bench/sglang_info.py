@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dflashops.playbook.engine_methods import sglang_method
+from dflashops.playbook.engine_methods import sglang_k, sglang_method
 
 # 0.5.x serves the first; older releases only the second
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
@@ -51,5 +51,5 @@ def parse_server_info(data: Any) -> SglangInfo | None:
     algorithm = data.get("speculative_algorithm")
     method = sglang_method(algorithm if isinstance(algorithm, str) else None)
     window = data.get("speculative_num_draft_tokens")
-    k = window - 1 if method != "none" and isinstance(window, int) and window >= 2 else None
+    k = sglang_k(window) if method != "none" and isinstance(window, int) else None
     return SglangInfo(version=version, speculation=ServedSpeculation(method=method, k=k))

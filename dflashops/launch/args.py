@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflashops.errors import PlaybookError
-from dflashops.playbook.engine_methods import SGLANG_ALGORITHMS
+from dflashops.playbook.engine_methods import SGLANG_ALGORITHMS, sglang_window
 from dflashops.playbook.models import Playbook
 
 VLLM_MODULE = "vllm.entrypoints.cli.main"
@@ -173,7 +173,7 @@ def sglang_argv(playbook: Playbook, python: str, target: TargetFacts) -> list[st
             # DSpark's window must be gamma + 1; without the flag gamma is the checkpoint's
             # block_size and any other k stops the server (0.5.16 speculative_hook.py)
             argv += ["--speculative-dspark-block-size", str(k)]
-        argv += ["--speculative-num-draft-tokens", str(k + 1)]
+        argv += ["--speculative-num-draft-tokens", str(sglang_window(k))]
         if method == "ngram":
             argv += _sglang_ngram_window(playbook)
         if target.hybrid_linear_attention:

@@ -30,7 +30,7 @@ from dflashops.inventory.models import Container
 from dflashops.launch.lifecycle import _HELPERS
 from dflashops.launch.members import placement_file
 from dflashops.launch.processes import parse_processes, processes_script, strays
-from dflashops.playbook.engine_methods import sglang_method
+from dflashops.playbook.engine_methods import sglang_k, sglang_method
 from dflashops.remote import SshConnection, get_text
 from dflashops.server.argv import flag_value
 
@@ -234,8 +234,8 @@ def _speculative_config(argv: list[str]) -> dict[str, Any] | None:
             return None
         steps = flag_value(argv, "--speculative-num-draft-tokens")
         config: dict[str, Any] = {"method": sglang_method(algorithm)}
-        if steps and steps.isdigit():
-            config["num_speculative_tokens"] = int(steps) - 1
+        if steps and steps.isdigit() and (k := sglang_k(int(steps))) is not None:
+            config["num_speculative_tokens"] = k
         return config
     try:
         data = json.loads(raw)

@@ -123,6 +123,17 @@ _SGLANG_READ = {algorithm: method for method, algorithm in SGLANG_ALGORITHMS.ite
 }
 
 
+def sglang_window(k: int) -> int:
+    """SGLang's ``--speculative-num-draft-tokens`` for k: it counts the verify window, the k
+    drafted tokens and the target's own (vLLM's k=15 is SGLang's 16)."""
+    return k + 1
+
+
+def sglang_k(window: int) -> int | None:
+    """k from SGLang's verify window, read back from a server (None: no draft in it)."""
+    return window - 1 if window >= 2 else None
+
+
 def sglang_method(algorithm: str | None) -> str:
     """The playbook method of an SGLang ``speculative_algorithm`` (None: ``none``); one dflashops
     does not know keeps SGLang's name, lower-cased."""
