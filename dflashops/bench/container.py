@@ -59,7 +59,7 @@ def bench_container(
     settings: BenchSettings,
     *,
     progress: Progress | Say | None = None,
-    api: Api = "chat",
+    api: Api | None = None,
     environ: Mapping[str, str] | None = None,
     layout: Layout = DEFAULT_LAYOUT,
     log_path: str | None = None,

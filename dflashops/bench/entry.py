@@ -93,7 +93,7 @@ def _bench_url(
     endpoint = Endpoint(
         request.url,
         model=request.model or values.get("served_model_name"),
-        api=request.api,
+        api=request.api or (book.bench.api if book else "chat"),
         api_key=key,
     )
     config = request.labels.apply(

@@ -206,7 +206,7 @@ class LevelRun:
         if not any(r.success for r in warmup):
             raise BenchmarkError(
                 f"{self.endpoint.root()}: the warm-up request failed: {warmup[0].error}",
-                hint="check the server log (`dflashops logs NAME`)",
+                hint=warmup_hint(self.endpoint, warmup[0].error),
             )
 
     async def _reset_prefix_cache(self) -> bool | None:
@@ -291,3 +291,15 @@ class LevelRun:
         check, found = check_window(read, spec, concurrency=concurrency)
         warnings.extend(found)
         return check
+
+
+def warmup_hint(endpoint: Endpoint, error: str | None) -> str:
+    """What to do about a failed warm-up: a model with no chat template cannot take the chat API
+    (vLLM: "default chat template is no longer allowed"; SGLang says "chat template" too), which
+    the completions API avoids; anything else is in the server log."""
+    if endpoint.api == "chat" and error and "chat template" in error.lower():
+        return (
+            "the model's tokenizer has no chat template: bench the completions API "
+            "(`--api completions`, or `bench: {api: completions}` in the playbook)"
+        )
+    return "check the server log (`dflashops logs NAME`)"

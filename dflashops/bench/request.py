@@ -67,7 +67,9 @@ class BenchRequest(_Given):
     url: str | None = Field(None, min_length=1)
     playbook: str | None = Field(None, description="NAME or FILE; for NAME default: its own")
     model: str | None = Field(None, description="--url: the served model name")
-    api: Literal["chat", "completions"] = "chat"
+    api: Literal["chat", "completions"] | None = Field(
+        None, description="None: the playbook's bench.api, else chat"
+    )
     settings: SettingsRequest = SettingsRequest()
     labels: RecordedLabels = RecordedLabels()
     api_key_env: str | None = Field(None, description="--url: the variable holding the key")

@@ -95,7 +95,7 @@ def resolve_target(
     playbook: Playbook | None,
     manifest: DeployedManifest | None,
     *,
-    api: Api = "chat",
+    api: Api | None = None,
     environ: Mapping[str, str],
     log_path: str = DEFAULT_LAYOUT.log,
     notes: Sequence[str] = (),
@@ -141,7 +141,7 @@ def resolve_target(
     endpoint = Endpoint(
         url,
         model=config.served_model_name,
-        api=api,
+        api=api or (playbook.bench.api if playbook else "chat"),
         api_key=server_api_key(key_env, environ, whose=f"{name}'s server"),
     )
     return BenchTarget(

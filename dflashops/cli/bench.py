@@ -48,7 +48,10 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
     "--model", help="--url: the served model name. Default: the playbook's, else the first listed."
 )
 @click.option(
-    "--api", type=click.Choice(["chat", "completions"]), default="chat", show_default=True
+    "--api",
+    type=click.Choice(["chat", "completions"]),
+    help="The OpenAI API the requests use; completions for a model without a chat template. "
+    "Default: the playbook's bench.api, else chat.",
 )
 @click.option(
     "-w",
@@ -106,7 +109,7 @@ def bench(  # Click passes every option by keyword
     url: str | None,
     playbook_name: str | None,
     model: str | None,
-    api: str,
+    api: str | None,
     workload: str | None,
     concurrency: str | None,
     requests: int | None,
@@ -151,7 +154,7 @@ def bench(  # Click passes every option by keyword
             url=url,
             playbook=playbook_name,
             model=model,
-            api="chat" if api == "chat" else "completions",
+            api=None if api is None else ("chat" if api == "chat" else "completions"),
             settings=SettingsRequest(
                 workload=workload,
                 concurrency=_levels(concurrency),

@@ -245,6 +245,11 @@ class Bench(Strict):
     temperature: float = Field(0.0, ge=0)
     ignore_eos: bool = True
     thinking: bool | None = Field(None, description="chat-template thinking mode; None = default")
+    api: Literal["chat", "completions"] = Field(
+        "chat",
+        description="the OpenAI API the requests use: completions for a model whose tokenizer "
+        "has no chat template (a base model), which the chat API refuses",
+    )
 
 
 class Tune(Strict):

@@ -34,6 +34,12 @@ from dflashops.bench.workload import REFERENCE_PROMPT, load_workload
 from dflashops.errors import BenchmarkError
 
 K = 4  # the fake server's num_speculative_tokens
+# vLLM 0.26's reply to a chat request for a model whose tokenizer has no chat template (seen on
+# the H100 with the Qwen3-8B-shaped target, benchmarks/results/gpu-h100-sglang-20261205)
+NO_CHAT_TEMPLATE = (
+    "As of transformers v4.44, default chat template is no longer allowed, so you must provide a "
+    "chat template if the tokenizer does not define one."
+)
 
 
 class FakeOpenAIServer:
@@ -51,6 +57,7 @@ class FakeOpenAIServer:
         model: str = "tiny",
         server_info: dict[str, Any] | None = None,
         server_info_path: str = "/server_info",
+        chat_template: bool = True,
     ) -> None:
         self.tokens_per_chunk = tokens_per_chunk
         self.natural_tokens = natural_tokens
@@ -62,6 +69,8 @@ class FakeOpenAIServer:
         # SGLang's reply (it has no /version): given, /version answers 404
         self.server_info = server_info
         self.server_info_path = server_info_path
+        # False: a base model's tokenizer, which the chat API refuses (vLLM 0.26's own reply)
+        self.chat_template = chat_template
         self.payloads: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.in_flight = 0
@@ -185,6 +194,9 @@ class FakeOpenAIServer:
                 text = payload["messages"][-1]["content"] if chat else payload["prompt"]
                 if "FAIL" in text:
                     self._json(400, {"error": {"message": "bad request: FAIL", "code": 400}})
+                    return
+                if chat and not server.chat_template:
+                    self._json(400, {"error": {"message": NO_CHAT_TEMPLATE, "code": 400}})
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -400,6 +412,18 @@ def test_server_errors_are_one_line_benchmark_errors(server: FakeOpenAIServer) -
     )
     with pytest.raises(BenchmarkError, match="warm-up request failed: HTTP 400"):
         run_benchmark_sync(Endpoint(server.url), BenchSettings(workload=failing))
+
+
+def test_a_model_without_a_chat_template_is_pointed_to_completions() -> None:
+    with FakeOpenAIServer(first_delay=0.0, chunk_delay=0.0, chat_template=False) as bare:
+        with pytest.raises(BenchmarkError, match="default chat template is no longer allowed") as e:
+            run_benchmark_sync(Endpoint(bare.url), smoke())
+        assert e.value.hint is not None and "--api completions" in e.value.hint
+        assert "bench: {api: completions}" in e.value.hint
+        report = run_benchmark_sync(Endpoint(bare.url, api="completions"), smoke())
+    level = report.levels[0]
+    assert level.completed == len(level.requests) > 0 and level.failed == 0
+    assert report.workload.api == "completions"
 
 
 def test_unreachable_server() -> None:

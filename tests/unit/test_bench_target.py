@@ -26,7 +26,7 @@ from dflashops.cli import cli
 from dflashops.errors import BenchmarkError, SecretError
 from dflashops.inventory.models import Container
 from dflashops.metrics.spec_decode import SpecDecodeDelta
-from dflashops.playbook.models import Playbook
+from dflashops.playbook.models import Bench, Playbook
 from tests.support.manifests import deployed_manifest
 from tests.unit.test_bench_client import FakeOpenAIServer
 
@@ -101,6 +101,14 @@ def test_reading_notes_are_carried() -> None:
     target = resolve_target("ct1", container(**STATIC), playbook(), None, environ={}, notes=notes)
     assert list(target.notes) == notes
     assert target.config.resolved_from["url"] == "playbook"
+
+
+def test_the_playbooks_bench_api_unless_the_command_names_one() -> None:
+    book = playbook().model_copy(update={"bench": Bench(api="completions")})
+    ct = container(**STATIC)
+    assert resolve_target("ct1", ct, book, None, environ={}).endpoint.api == "completions"
+    assert resolve_target("ct1", ct, book, None, api="chat", environ={}).endpoint.api == "chat"
+    assert resolve_target("ct1", ct, playbook(), None, environ={}).endpoint.api == "chat"
 
 
 def test_no_way_to_the_server_is_an_error() -> None:
@@ -283,6 +291,22 @@ def test_url_with_a_playbook(tmp_path: Path) -> None:
     assert report.levels[0].completed == 2 and report.workload.thinking is True
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}
     assert sent["max_tokens"] == 12 and sent["ignore_eos"] is True  # the playbook's bench
+
+
+def test_url_with_a_playbook_that_benches_completions(tmp_path: Path) -> None:
+    book = playbook().model_dump(mode="json")
+    book["model"]["served_name"] = "tiny"
+    book["bench"] = {"workload": "smoke", "requests": 2, "max_tokens": 12, "api": "completions"}
+    path = tmp_path / "book.yaml"
+    path.write_text(json.dumps(book))
+    out = tmp_path / "r.json"
+    with FakeOpenAIServer(first_delay=0.0, chunk_delay=0.0, chat_template=False) as srv:
+        args = ["bench", "--url", srv.url, "-p", str(path), "--json", "--out", str(out)]
+        result = CliRunner().invoke(cli, args)
+        refused = CliRunner().invoke(cli, [*args[:-2], "--api", "chat"])
+    assert result.exit_code == 0, result.output
+    assert BenchReport.load(out).workload.api == "completions"
+    assert refused.exit_code != 0 and "--api completions" in refused.output
 
 
 def test_url_with_a_playbook_key_variable_that_is_unset(tmp_path: Path) -> None:
