@@ -28,6 +28,10 @@ Run from the repository root, with dflashops importable (``PYTHONPATH=/root/gpu/
       -- --engines vllm,sglang==0.5.15 --methods dflash
 
 Everything after ``--`` goes to ``compare``. Files: ``--root`` (``/root/gpu``) ``/compare``.
+The machine itself becomes the container: launch writes the container layout (``/etc/dflashops``,
+``/opt/dflashops``, ``/var/lib/dflashops``, ``/var/log/dflashops``) on it, so run this on a
+throwaway machine; one that already holds a deployment is refused unless ``--again`` says it was
+this script's.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from dflashops.lab.sshd import (
 
 CONTAINER = "gpu-h200"
 LOG_DIR = "/var/log/dflashops"  # the container layout's (dflashops.deployment.layout)
+MANIFEST = Path("/etc/dflashops/deployed.json")
 # what a session needs from this machine's environment: the driver's and CUDA's libraries, nvcc
 # (SGLang compiles its JIT kernels at first use), and the image's python3 ahead of the system's
 PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "NVIDIA_VISIBLE_DEVICES")
@@ -241,9 +246,14 @@ def main() -> int:
     parser.add_argument("--openssh", type=Path, help="gpu_openssh_bundle.sh's archive")
     parser.add_argument("--wheel", type=Path, help="the container wheel (DFLASHOPS_WHEEL)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--again", action="store_true", help="this machine's deployment is an earlier run's"
+    )
     parser.add_argument("compare_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     extra = [a for a in args.compare_args if a != "--"]
+    if MANIFEST.exists() and not args.again:
+        sys.exit(f"{MANIFEST} exists: this machine serves a deployment; --again if it is ours")
     work = args.root / "compare"
     work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,35 @@ unpack)
     # rmsnorm/fused_add_rmsnorm (sm90/common_ops) is its fallback when flashinfer is absent.
     sed -i 's/^    _has_flashinfer = True$/    _has_flashinfer = False/' "$R/site/sgl_kernel/elementwise.py"
     grep -n '_has_flashinfer = ' "$R/site/sgl_kernel/elementwise.py"
+    # EAGLE-3's draft CUDA-graph capture imports the DeepSeek sparse-attention backend only to
+    # list it among the graph-capable backends; that import needs `cutlass` (nvidia-cutlass-dsl,
+    # 153 MB of wheels, not carried): every EAGLE-3 server died on it on the H100 (2026-12-05).
+    # A target without DSA never uses that backend, so a failed import just leaves it off the list.
+    python3 - "$R/site/sglang/srt/speculative/eagle_worker_v2.py" <<'PY'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+old = """            from sglang.srt.layers.attention.dsa_backend import (
+                DeepseekSparseAttnBackend,
+            )
+
+            graph_supported_backend_types.append(DeepseekSparseAttnBackend)
+"""
+new = """            try:
+                from sglang.srt.layers.attention.dsa_backend import (
+                    DeepseekSparseAttnBackend,
+                )
+            except ImportError:  # dflashops' payload: no cutlass DSL, no DSA model
+                pass
+            else:
+                graph_supported_backend_types.append(DeepseekSparseAttnBackend)
+"""
+if old in text:
+    open(path, "w").write(text.replace(old, new))
+    print("eagle_worker_v2: the DSA backend import tolerates a missing cutlass")
+else:
+    print("eagle_worker_v2: DSA import not found as expected; left as it is")
+PY
   fi ;;
 models)
   tar -C "$R" -xJf "$2"

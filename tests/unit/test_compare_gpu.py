@@ -65,10 +65,11 @@ def test_the_servers_ran_what_launch_renders_for_each_engine(report: BenchReport
     for engine, ran in (("vllm", vllm), ("sglang", sglang)):
         version = "0.26.0" if engine == "vllm" else "0.5.15"
         book = load_playbook(PLAYBOOK, [f"engine.name={engine}", f"engine.version={version}"])
-        rendered = (
-            vllm_argv(book, ran[0]) if engine == "vllm" else sglang_argv(book, ran[0], TargetFacts())
-        )
-        assert rendered == ran
+        python = ran[0]
+        if engine == "vllm":
+            assert vllm_argv(book, python) == ran
+        else:
+            assert sglang_argv(book, python, TargetFacts()) == ran
 
 
 def test_report_reads_it_back_with_the_compare_plot(tmp_path: Path) -> None:
