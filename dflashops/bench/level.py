@@ -20,6 +20,7 @@ without ``/metrics`` (or without spec-decode counters) leave the spec fields emp
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,7 @@ from dflashops.bench.server_api import (
 from dflashops.bench.server_log import ServerLog, check_window
 from dflashops.bench.settings import BenchSettings
 from dflashops.bench.stats import aggregate_level
-from dflashops.bench.stopped import LevelStopped, Phase, ServerStopped
+from dflashops.bench.stopped import LevelStopped, Phase, ServerStopped, WarmupRefused
 from dflashops.errors import BenchmarkError, RemoteError
 from dflashops.metrics.spec_decode import SpecDecodeCounters, SpecDecodeDelta, delta
 
@@ -204,7 +205,8 @@ class LevelRun:
         if watch.error is not None:
             raise ServerStopped(watch.error)
         if not any(r.success for r in warmup):
-            raise BenchmarkError(
+            refused = refused_by_server(warmup[0].error)
+            raise (WarmupRefused if refused else BenchmarkError)(
                 f"{self.endpoint.root()}: the warm-up request failed: {warmup[0].error}",
                 hint=warmup_hint(self.endpoint, warmup[0].error),
             )
@@ -303,3 +305,10 @@ def warmup_hint(endpoint: Endpoint, error: str | None) -> str:
             "(`--api completions`, or `bench: {api: completions}` in the playbook)"
         )
     return "check the server log (`dflashops logs NAME`)"
+
+
+def refused_by_server(error: str | None) -> bool:
+    """A client error the server will give every such request again (the client writes
+    ``HTTP <status>: <body>``); 408 and 429 are about timing, not the request."""
+    match = re.match(r"HTTP (4\d\d)\b", error or "")
+    return match is not None and match.group(1) not in ("408", "429")

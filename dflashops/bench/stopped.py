@@ -29,6 +29,12 @@ class ServerStopped(BenchmarkError):
         self.error = error
 
 
+class WarmupRefused(BenchmarkError):
+    """The server answered the warm-up request with a client error (HTTP 4xx other than 408 and
+    429): the request itself is wrong for this server (no chat template, an unknown model name,
+    too many tokens), so every level, and every cell of a ``compare``, would fail the same way."""
+
+
 class LevelStopped(ServerStopped):
     """The server stopped answering ``phase`` level ``concurrency``; ``level`` is what that level
     measured (None before its measured requests began)."""

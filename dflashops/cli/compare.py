@@ -68,7 +68,9 @@ def compare(
     follows. Give each engine its tuned k with --k vllm=5 --k sglang=3.
 
     What cannot run (another drafter checkpoint, MTP without MTP layers, a method the engine
-    release lacks) is skipped with the reason. The server is left running the last one
+    release lacks, a launch that failed, a server that died during its bench) is skipped with
+    the reason; a warm-up the server refuses (HTTP 4xx) stops the compare at once, as every
+    cell would send it again. The server is left running the last one
     measured; relaunch the playbook to restore it. `dflashops report FILE --plots DIR` draws
     compare_methods.png from the saved result."""
     from dflashops.cli.progress import progress_console, spinner

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from dflashops.bench.container import bench_container
 from dflashops.bench.models import BenchReport, LevelResult
 from dflashops.bench.settings import BenchSettings
-from dflashops.errors import DflashopsError, PlaybookError, TuneInputError
+from dflashops.bench.stopped import WarmupRefused
+from dflashops.errors import BenchmarkError, DflashopsError, PlaybookError, TuneInputError
 from dflashops.inventory.load import Inventory
 from dflashops.launch.core import launch
 from dflashops.playbook.load import load_playbook
@@ -294,7 +295,17 @@ def run_compare(
             outcome.skipped.append(Skipped(method=method, engine=engine, reason=reason))
             continue
         tell(f"{method}: benchmarking")
-        report = bench(at, method)
+        try:
+            report = bench(at, method)
+        except WarmupRefused:
+            raise  # the request itself is refused: every cell would send it again
+        except BenchmarkError as exc:
+            # the server died or answered nothing in this cell (BenchInterrupted included: its
+            # partial levels are this cell's alone): the cells measured are kept
+            tell(f"{method}: skipped (bench failed on {engine})")
+            reason = f"bench failed: {exc.one_line()}"
+            outcome.skipped.append(Skipped(method=method, engine=engine, reason=reason))
+            continue
         outcome.reports.append(report)
         outcome.rows.append(row_from_report(method, report, engine))
     return outcome

@@ -26,10 +26,12 @@ from dflashops.bench.client import (
     run_requests,
 )
 from dflashops.bench.endpoint import Endpoint
+from dflashops.bench.level import refused_by_server
 from dflashops.bench.models import RequestRecord
 from dflashops.bench.runner import run_benchmark_sync
 from dflashops.bench.server_api import fetch_server_info, make_client
 from dflashops.bench.settings import BenchSettings
+from dflashops.bench.stopped import WarmupRefused
 from dflashops.bench.workload import REFERENCE_PROMPT, load_workload
 from dflashops.errors import BenchmarkError
 
@@ -416,7 +418,7 @@ def test_server_errors_are_one_line_benchmark_errors(server: FakeOpenAIServer) -
 
 def test_a_model_without_a_chat_template_is_pointed_to_completions() -> None:
     with FakeOpenAIServer(first_delay=0.0, chunk_delay=0.0, chat_template=False) as bare:
-        with pytest.raises(BenchmarkError, match="default chat template is no longer allowed") as e:
+        with pytest.raises(WarmupRefused, match="default chat template is no longer allowed") as e:
             run_benchmark_sync(Endpoint(bare.url), smoke())
         assert e.value.hint is not None and "--api completions" in e.value.hint
         assert "bench: {api: completions}" in e.value.hint
@@ -424,6 +426,24 @@ def test_a_model_without_a_chat_template_is_pointed_to_completions() -> None:
     level = report.levels[0]
     assert level.completed == len(level.requests) > 0 and level.failed == 0
     assert report.workload.api == "completions"
+
+
+@pytest.mark.parametrize(
+    ("error", "refused"),
+    [
+        ("HTTP 400: As of transformers v4.44, default chat template is no longer allowed", True),
+        ("HTTP 404: The model `other` does not exist.", True),
+        ("HTTP 429: too many requests", False),
+        ("HTTP 408: request timeout", False),
+        ("HTTP 500: internal server error", False),
+        ("connection refused", False),
+        (None, False),
+    ],
+)
+def test_only_a_client_error_the_server_repeats_is_a_refusal(
+    error: str | None, refused: bool
+) -> None:
+    assert refused_by_server(error) is refused
 
 
 def test_unreachable_server() -> None:

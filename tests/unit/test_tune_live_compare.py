@@ -272,6 +272,41 @@ def test_a_cell_whose_launch_fails_is_skipped_with_the_reason_and_the_rest_still
     assert failed.reason.startswith("launch failed: the engine failed: ValueError")
 
 
+def test_a_cell_whose_server_dies_in_bench_is_skipped_and_the_measured_cells_are_kept() -> None:
+    from dflashops.bench.stopped import ServerStopped
+
+    book = load_playbook(DECAY_BOOK)
+
+    def bench(at: Playbook, method: str) -> BenchReport:
+        if method == "ngram":
+            raise ServerStopped("connection refused at http://10.0.0.5:8000/metrics")
+        return fake_report(at, method)
+
+    outcome = run_compare(book, parse_methods("none,ngram,draft_model"), lambda _: None, bench)
+    assert [row.method for row in outcome.rows] == ["none", "draft_model"]
+    (failed,) = outcome.skipped
+    assert failed.method == "ngram" and failed.engine == "vllm 0.32.0"
+    assert failed.reason == (
+        "bench failed: the server stopped answering: connection refused at "
+        "http://10.0.0.5:8000/metrics"
+    )
+
+
+def test_a_warm_up_the_server_refuses_stops_the_compare_at_the_first_cell() -> None:
+    from dflashops.bench.stopped import WarmupRefused
+
+    book = load_playbook(DECAY_BOOK)
+    benched: list[str] = []
+
+    def bench(at: Playbook, method: str) -> BenchReport:
+        benched.append(method)
+        raise WarmupRefused("the warm-up request failed: HTTP 400: no chat template")
+
+    with pytest.raises(WarmupRefused, match="HTTP 400"):
+        run_compare(book, parse_methods("none,ngram,draft_model"), lambda _: None, bench)
+    assert benched == ["none"]  # not two more launches to learn the same
+
+
 def test_only_the_cells_own_outcomes_stay_on_a_terminal() -> None:
     from dflashops.cli.compare import is_cell_outcome
 
