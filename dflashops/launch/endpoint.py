@@ -10,9 +10,13 @@ _LOOPBACK = ("127.", "localhost", "::1")
 
 
 def endpoint_host(playbook: Playbook, address: str) -> str:
+    """The host readiness (and every client) reaches the server at, from the container's
+    ``address``; a loopback ``server.host`` only where the container is this machine."""
     host = playbook.server.host
     if host in ("0.0.0.0", "::", ""):
         return address
+    if host.startswith(_LOOPBACK) and address.startswith(_LOOPBACK):
+        return host  # a loopback "container" (the machine itself, over SSH): the same loopback
     if host.startswith(_LOOPBACK):
         raise LaunchRefused(
             f"server.host {host} is not reachable from here; launch checks readiness over the "
