@@ -15,6 +15,7 @@ ran drafts / B verify steps, each emitting τ tokens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -25,6 +26,10 @@ from dflashops.tune.runs import K_LIMIT, TuneRun
 
 # the bench's own bound on a concurrency level
 MAX_LEVEL = 4096
+
+
+#: the fields of a level run that average over repeats
+RunField = Literal["output_tok_s", "batch", "median_ttft_ms", "median_tpot_ms"]
 
 
 class LevelRun(BaseModel):
@@ -98,10 +103,19 @@ def by_level(runs: Sequence[LevelRun]) -> dict[int, list[LevelRun]]:
     return grouped
 
 
+def mean_of(runs: Sequence[LevelRun], field: RunField) -> float | None:
+    """The runs' mean of one field (``batch``: the running batch, else the level); None when
+    there are no runs or one of them did not measure it."""
+    values: list[float | None] = [getattr(run, field) for run in runs]
+    measured = [value for value in values if value is not None]
+    if not values or len(measured) < len(values):
+        return None
+    return sum(measured) / len(measured)
+
+
 def mean_tok_s(runs: Sequence[LevelRun], level: int, k: int) -> float | None:
     """Mean measured output tok/s at (level, k), None when that pair was not measured."""
-    values = [run.output_tok_s for run in runs if run.level == level and run.k == k]
-    return sum(values) / len(values) if values else None
+    return mean_of([run for run in runs if run.level == level and run.k == k], "output_tok_s")
 
 
 def level_runs_from_report(

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dflashops.errors import TuneInputError
 from dflashops.tune.load_model import LoadResult
-from dflashops.tune.load_runs import LevelRun, mean_tok_s
+from dflashops.tune.load_runs import LevelRun, RunField, mean_of
 from dflashops.tune.load_schedule import ScheduleDecision
 
 # a level this much below its best static k refuses the schedule (about twice run-to-run noise)
@@ -197,20 +197,20 @@ def _level(
     old_k: int,
 ) -> LevelVerdict:
     level = verify[0].level
-    measured = sum(run.output_tok_s for run in verify) / len(verify)
+    measured = _mean(verify, "output_tok_s")
     # the engine picks k by the running batch, which a closed loop keeps near the level
-    batch = max(1, round(sum(run.batch for run in verify) / len(verify)))
-    static = {
-        run.k: tok
-        for run in static_runs
-        if run.level == level and (tok := mean_tok_s(static_runs, level, run.k)) is not None
-    }
-    if not static:
+    batch = max(1, round(_mean(verify, "batch")))
+    at_k: dict[int, list[LevelRun]] = {}
+    for run in static_runs:
+        if run.level == level:
+            at_k.setdefault(run.k, []).append(run)
+    if not at_k:
         raise TuneInputError(f"no static k was measured at c={level}", field="load")
+    static = {k: _mean(runs, "output_tok_s") for k, runs in at_k.items()}
     # the highest measured; a tie goes to the smaller k, as every choice in the tuner does
     best_k = min(static, key=lambda k: (-static[k], k))
     old = static.get(old_k)
-    best_runs = [run for run in static_runs if run.level == level and run.k == best_k]
+    best_runs = at_k[best_k]
     return LevelVerdict(
         level=level,
         schedule_k=decision.schedule.k_at(batch),
@@ -220,22 +220,18 @@ def _level(
         loss=1.0 - measured / static[best_k],
         old_k_tok_s=old,
         vs_old=None if old is None else measured / old - 1.0,
-        schedule_ttft_ms=_mean_of(verify, "median_ttft_ms"),
-        best_static_ttft_ms=_mean_of(best_runs, "median_ttft_ms"),
-        schedule_tpot_ms=_mean_of(verify, "median_tpot_ms"),
-        best_static_tpot_ms=_mean_of(best_runs, "median_tpot_ms"),
+        schedule_ttft_ms=mean_of(verify, "median_ttft_ms"),
+        best_static_ttft_ms=mean_of(best_runs, "median_ttft_ms"),
+        schedule_tpot_ms=mean_of(verify, "median_tpot_ms"),
+        best_static_tpot_ms=mean_of(best_runs, "median_tpot_ms"),
     )
 
 
-def _mean_of(
-    runs: Sequence[LevelRun], field: Literal["median_ttft_ms", "median_tpot_ms"]
-) -> float | None:
-    """The runs' mean of one latency, None unless every run measured it."""
-    values: list[float | None] = [getattr(run, field) for run in runs]
-    measured = [value for value in values if value is not None]
-    if not values or len(measured) < len(values):
-        return None
-    return sum(measured) / len(measured)
+def _mean(runs: Sequence[LevelRun], field: RunField) -> float:
+    """A field every run has (tok/s, the batch): its mean over runs known not to be empty."""
+    mean = mean_of(runs, field)
+    assert mean is not None, f"{field} of {len(runs)} runs"
+    return mean
 
 
 def _versus_old(verdicts: Sequence[LevelVerdict], old_k: int) -> str:
