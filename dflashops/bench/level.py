@@ -39,7 +39,7 @@ from dflashops.bench.server_api import (
 )
 from dflashops.bench.server_log import ServerLog, check_window
 from dflashops.bench.settings import BenchSettings
-from dflashops.bench.stats import aggregate_level
+from dflashops.bench.stats import aggregate_level, queued_requests_warning
 from dflashops.bench.stopped import LevelStopped, Phase, ServerStopped, WarmupRefused
 from dflashops.errors import BenchmarkError, RemoteError
 from dflashops.metrics.spec_decode import SpecDecodeCounters, SpecDecodeDelta, delta
@@ -174,6 +174,8 @@ class LevelRun:
         if before.counters is not None and after.counters is not None:
             spec = delta(before.counters, after.counters)
         result = aggregate_level(records, max_concurrency=concurrency, duration=duration, spec=spec)
+        if queued := queued_requests_warning(result):
+            warnings.append(queued)
         log_check = None
         if self.server_log is not None and before.log_offset is not None:
             log_check = await self._read_log(before.log_offset, spec, concurrency, warnings)

@@ -93,3 +93,39 @@ def aggregate_level(
             if not fields["spec_decode_per_position_acceptance_rates"]:
                 fields["spec_decode_per_position_acceptance_rates"] = None
     return LevelResult.model_validate(fields)
+
+
+#: a first token this late, next to the level's median request, means the request was queued
+QUEUED_SHARE_OF_E2EL = 0.8
+QUEUED_TIMES_MEDIAN_TTFT = 10.0
+#: ... and warned about only when the waits add up to this share of the level's wall time
+QUEUED_SHARE_OF_LEVEL = 0.05
+
+
+def queued_requests_warning(level: LevelResult) -> str | None:
+    """Requests that waited about a whole request for their first token: the server held them
+    for a free slot (its running-request cap at or below the level's concurrency). With requests
+    of one length the running ones start and end together, so one request admitted a step late
+    waits a whole wave; on the H100 that was 1 of 96 requests and 14 % of a c=16 level's tok/s
+    (benchmarks/RESULTS.md, SGLang at --max-running-requests 16). Levels that ran a wave
+    cleanly and levels that waited one then disagree for a reason no client can see."""
+    ok = [r for r in level.requests if r.success and r.ttft_ms is not None and r.e2el_ms]
+    if len(ok) < 2 or level.median_ttft_ms is None or level.median_e2el_ms is None:
+        return None
+    limit = max(
+        QUEUED_SHARE_OF_E2EL * level.median_e2el_ms,
+        QUEUED_TIMES_MEDIAN_TTFT * level.median_ttft_ms,
+    )
+    late = [r.ttft_ms for r in ok if r.ttft_ms is not None and r.ttft_ms > limit]
+    waited_s = sum(ttft - level.median_ttft_ms for ttft in late) / 1000
+    # a stall too short to move the level's tok/s is noise (a busy client machine), not a queue
+    if not late or waited_s < QUEUED_SHARE_OF_LEVEL * level.duration:
+        return None
+    return (
+        f"concurrency {level.max_concurrency}: {len(late)} of {len(ok)} requests waited up to "
+        f"{max(late) / 1000:.2f} s for their first token (median {level.median_ttft_ms:.0f} ms, "
+        f"a whole request takes {level.median_e2el_ms / 1000:.2f} s; {waited_s:.1f} s of the "
+        f"level's {level.duration:.1f} s): the server queued them for a free slot, and the "
+        "level's tok/s carries the wait (a running-request cap at the concurrency, such as "
+        "--max-num-seqs or --max-running-requests)"
+    )
