@@ -20,7 +20,7 @@ from dflashops.bench.request import BenchRequest
 from dflashops.bench.roofline import plan_roofline, with_roofline
 from dflashops.bench.runner import run_benchmark_sync
 from dflashops.bench.settings import BenchSettings
-from dflashops.bench.target import describe
+from dflashops.bench.target import chosen_api, describe
 from dflashops.deployment.api_key import server_api_key
 from dflashops.deployment.playbooks import optional_container_playbook
 from dflashops.errors import BenchmarkError
@@ -93,7 +93,7 @@ def _bench_url(
     endpoint = Endpoint(
         request.url,
         model=request.model or values.get("served_model_name"),
-        api=request.api or (book.bench.api if book else "chat"),
+        api=chosen_api(request.api, book),
         api_key=key,
     )
     config = request.labels.apply(

@@ -89,6 +89,11 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def chosen_api(api: Api | None, playbook: Playbook | None) -> Api:
+    """The command's ``--api``, else the playbook's ``bench.api``, else chat."""
+    return api or (playbook.bench.api if playbook else "chat")
+
+
 def resolve_target(
     name: str,
     container: Container,
@@ -141,7 +146,7 @@ def resolve_target(
     endpoint = Endpoint(
         url,
         model=config.served_model_name,
-        api=api or (playbook.bench.api if playbook else "chat"),
+        api=chosen_api(api, playbook),
         api_key=server_api_key(key_env, environ, whose=f"{name}'s server"),
     )
     return BenchTarget(

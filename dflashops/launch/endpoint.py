@@ -15,9 +15,9 @@ def endpoint_host(playbook: Playbook, address: str) -> str:
     host = playbook.server.host
     if host in ("0.0.0.0", "::", ""):
         return address
-    if host.startswith(_LOOPBACK) and address.startswith(_LOOPBACK):
-        return host  # a loopback "container" (the machine itself, over SSH): the same loopback
     if host.startswith(_LOOPBACK):
+        if address.startswith(_LOOPBACK):
+            return host  # a loopback "container" (the machine itself, over SSH): same loopback
         raise LaunchRefused(
             f"server.host {host} is not reachable from here; launch checks readiness over the "
             "network",
