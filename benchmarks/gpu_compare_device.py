@@ -53,14 +53,8 @@ from typing import Any
 import yaml
 
 from dflashops.lab.host_model import SshHost
-from dflashops.lab.hosts import stop_host
-from dflashops.lab.sshd import (
-    free_port,
-    prepare_host_files,
-    spawn_loopback_sshd,
-    sshd_path,
-    write_sshd_config,
-)
+from dflashops.lab.hosts import start_loopback_host, stop_host
+from dflashops.lab.sshd import sshd_path
 
 CONTAINER = "gpu-h200"
 LOG_DIR = "/var/log/dflashops"  # the container layout's (dflashops.deployment.layout)
@@ -99,30 +93,6 @@ def install_openssh(bundle: Path, into: Path) -> None:
         with Path("/etc/passwd").open("a") as passwd:
             passwd.write(PRIVSEP_LINE)
         say("added the sshd privilege separation user to /etc/passwd")
-
-
-def start_host(workdir: Path, session_env: dict[str, str]) -> SshHost:
-    """sshd on 127.0.0.1, as ``dflashops.lab.hosts.start_loopback_host``, plus ``SetEnv``."""
-    hostdir = workdir / CONTAINER
-    port = free_port()
-    key_file, known_hosts = prepare_host_files(
-        hostdir, address="127.0.0.1", port=port, client_key=None
-    )
-    write_sshd_config(hostdir, address="127.0.0.1", port=port)
-    pairs = " ".join(f'"{name}={value}"' for name, value in session_env.items())
-    with (hostdir / "sshd_config").open("a") as config:
-        config.write(f"SetEnv {pairs}\n")
-    host = SshHost(
-        name=CONTAINER,
-        address="127.0.0.1",
-        port=port,
-        user=pwd.getpwuid(os.geteuid()).pw_name,
-        key_file=key_file,
-        known_hosts=known_hosts,
-        pid=0,
-        workdir=hostdir,
-    )
-    return spawn_loopback_sshd(host, 30.0)
 
 
 # --------------------------------------------------------------------------- base venvs
@@ -265,7 +235,7 @@ def main() -> int:
             sys.exit("no sshd here: pass --openssh (benchmarks/gpu_openssh_bundle.sh)")
         install_openssh(args.openssh, work / "openssh")
     session_env = {name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)}
-    host = start_host(work / "hosts", session_env)
+    host = start_loopback_host(CONTAINER, workdir=work / "hosts", session_env=session_env)
     say(f"sshd on {host.address}:{host.port} (pid {host.pid}); sessions get {sorted(session_env)}")
     try:
         playbook = yaml.safe_load(args.playbook.read_text())

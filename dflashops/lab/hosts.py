@@ -36,7 +36,7 @@ import pwd
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from dflashops.lab.errors import LabError
@@ -207,11 +207,12 @@ def start_loopback_host(
     workdir: Path,
     client_key: Path | None = None,
     ready_timeout: float = READY_TIMEOUT_S,
+    session_env: Mapping[str, str] | None = None,
 ) -> SshHost:
     """Start sshd on 127.0.0.1 and a free port; log in as the calling user (root not needed).
 
     Files go to ``workdir/NAME``. The host shares this machine's filesystem and network (no
-    link of its own to cut or slow).
+    link of its own to cut or slow). ``session_env``: see :func:`write_sshd_config`.
     """
     _check_host_name(name)
     hostdir = (workdir / name).resolve()
@@ -222,7 +223,7 @@ def start_loopback_host(
         key_file, known_hosts = prepare_host_files(
             hostdir, address="127.0.0.1", port=port, client_key=client_key
         )
-        write_sshd_config(hostdir, address="127.0.0.1", port=port)
+        write_sshd_config(hostdir, address="127.0.0.1", port=port, session_env=session_env)
         host = SshHost(
             name=name,
             address="127.0.0.1",

@@ -10,12 +10,13 @@ and ``sshd.log``. Which host to start where is :mod:`dflashops.lab.hosts`.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -77,8 +78,14 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
-def write_sshd_config(hostdir: Path, *, address: str, port: int) -> None:
-    """Write ``hostdir/sshd_config``: key login only, files from ``hostdir``, verbose log."""
+def write_sshd_config(
+    hostdir: Path, *, address: str, port: int, session_env: Mapping[str, str] | None = None
+) -> None:
+    """Write ``hostdir/sshd_config``: key login only, files from ``hostdir``, verbose log.
+
+    ``session_env``: variables every session gets (``SetEnv``). sshd builds a session's
+    environment from scratch, so a host standing in for a container whose own profile would set
+    them (a GPU machine's driver libraries and CUDA tools) passes them this way."""
     lines = [
         f"Port {port}",
         f"ListenAddress {address}",
@@ -103,7 +110,18 @@ def write_sshd_config(hostdir: Path, *, address: str, port: int) -> None:
         "Subsystem sftp internal-sftp",
         "LogLevel VERBOSE",
     ]
+    if session_env:
+        lines.append("SetEnv " + " ".join(_set_env_item(k, v) for k, v in session_env.items()))
     (hostdir / "sshd_config").write_text("\n".join(lines) + "\n")
+
+
+def _set_env_item(name: str, value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or re.search(r'["\\\n\r]', value):
+        raise LabError(
+            f"cannot pass {name!r} through sshd's SetEnv (a bad name, or a quote, backslash or "
+            "newline in its value)"
+        )
+    return f'"{name}={value}"'
 
 
 def _keygen(path: Path, *, comment: str) -> None:
